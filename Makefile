@@ -1,0 +1,47 @@
+# npuops.fleet — the two commands for a fresh machine are `make demo` and `make test`.
+SHELL := /bin/bash
+VENV := .venv
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/build/collections
+export NPUOPS_LAB_DIR ?= /tmp/npuops-lab
+
+.PHONY: bootstrap test unit lint sanity integration molecule demo bench lab-up lab-down lab-status build clean
+
+bootstrap:
+	@scripts/bootstrap.sh
+
+test: bootstrap
+	@scripts/test.sh
+
+unit: bootstrap
+	@scripts/test.sh unit
+
+lint: bootstrap
+	@scripts/test.sh lint
+
+sanity: bootstrap
+	@scripts/test.sh sanity
+
+integration: bootstrap
+	@scripts/test.sh integration
+
+demo: bootstrap
+	@scripts/demo.sh
+
+bench: bootstrap
+	@scripts/bench.sh
+
+lab-up: bootstrap
+	@tests/lab/labctl up
+
+lab-down:
+	@tests/lab/labctl down
+
+lab-status:
+	@tests/lab/labctl status
+
+build: bootstrap
+	@mkdir -p build && ansible-galaxy collection build --force --output-path build .
+
+clean:
+	rm -rf build .pytest_cache .ruff_cache tests/output

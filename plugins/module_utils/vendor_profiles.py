@@ -1,0 +1,224 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Vendor profiles: everything vendor-specific is data here, not branches in code.
+
+``nvidia`` and ``rebellions`` are built in. ``resolve_profile(vendor, overrides, extra_vendors)``
+returns a merged copy (overrides are merged per key, dicts one level deep) and raises
+:class:`ProfileError` naming the vendor and key for an unknown vendor, an unknown key or a value of
+the wrong type. Label keys follow NVIDIA's GPU Operator / GFD and Rebellions' NPU operator.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Mapping, Optional
+
+# Upgrade states: the GPU Operator's names plus the NPU operator's reboot states.
+UPGRADE_STATES = (
+    "upgrade-required",
+    "cordon-required",
+    "wait-for-jobs-required",
+    "pod-deletion-required",
+    "drain-required",
+    "pod-restart-required",
+    "reboot-required",
+    "reboot-validation-required",
+    "validation-required",
+    "uncordon-required",
+    "upgrade-done",
+    "upgrade-failed",
+)
+
+BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
+    "nvidia": {
+        "display_name": "NVIDIA GPU",
+        "presence_label": "nvidia.com/gpu.present",
+        # GFD labels; the newer driver-version.* set is read when the cuda.driver.* set is absent.
+        "driver_version_labels": {
+            "major": "nvidia.com/cuda.driver.major",
+            "minor": "nvidia.com/cuda.driver.minor",
+            "rev": "nvidia.com/cuda.driver.rev",
+        },
+        "driver_version_labels_alt": {
+            "major": "nvidia.com/cuda.driver-version.major",
+            "minor": "nvidia.com/cuda.driver-version.minor",
+            "rev": "nvidia.com/cuda.driver-version.revision",
+            "full": "nvidia.com/cuda.driver-version.full",
+        },
+        "upgrade_state_label": "nvidia.com/gpu-driver-upgrade-state",
+        "upgrade_skip_label": "nvidia.com/gpu-driver-upgrade.skip",
+        "drain_skip_label": "nvidia.com/gpu-driver-upgrade-drain.skip",
+        "deploy_skip_label": "nvidia.com/gpu.deploy.operands",
+        "annotation_prefix": "nvidia.com/gpu-driver-upgrade",
+        "deploy_label_prefix": "nvidia.com/gpu.deploy.",
+        # Operand chain order: driver -> toolkit -> device plugin -> discovery -> validator.
+        "operands": [
+            "driver",
+            "container-toolkit",
+            "device-plugin",
+            "gpu-feature-discovery",
+            "dcgm",
+            "dcgm-exporter",
+            "mig-manager",
+            "operator-validator",
+        ],
+        "validator_operand": "operator-validator",
+        "resource_prefixes": ["nvidia.com/gpu", "nvidia.com/mig-"],
+        # Unload order (dependents first); load is the reverse.
+        "kernel_modules": ["nvidia_drm", "nvidia_modeset", "nvidia_uvm", "nvidia"],
+        "device_glob": "/dev/nvidia[0-9]*",
+        "smi_command": "nvidia-smi",
+        "services": ["nvidia-persistenced", "nvidia-fabricmanager", "nvidia-dcgm", "dcgm"],
+        # {branch} = major version (550), {version} = full version (550.90.07).
+        "packages": [
+            "nvidia-driver-{branch}-server-open",
+            "nvidia-dkms-{branch}-server-open",
+            "libnvidia-compute-{branch}-server",
+            "libnvidia-common-{branch}-server",
+            "nvidia-utils-{branch}-server",
+        ],
+        "package_families": ["nvidia-*", "libnvidia-*", "cuda-*", "xserver-xorg-video-nvidia-*", "linux-modules-nvidia-*"],
+        "package_version_suffix": "-0ubuntu1",
+        "image": "nvcr.io/nvidia/driver",
+        "tag_format": "{branch}-{kernel}-{os_tag}",
+        "regular_tag_format": "{version}-{os_tag}",
+        "tag_uses_branch": True,
+    },
+    "rebellions": {
+        "display_name": "Rebellions NPU",
+        "presence_label": "rebellions.ai/npu.present",
+        "driver_version_labels": {"full": "rebellions.ai/npu.driver-version"},
+        "driver_version_labels_alt": {},
+        "upgrade_state_label": "rebellions.ai/npu-driver-upgrade-state",
+        "upgrade_skip_label": "rebellions.ai/npu-driver-upgrade.skip",
+        "drain_skip_label": "rebellions.ai/npu-driver-upgrade-drain.skip",
+        "deploy_skip_label": "rebellions.ai/npu.deploy.skip",
+        "annotation_prefix": "rebellions.ai/npu-driver-upgrade",
+        "deploy_label_prefix": "rebellions.ai/npu.deploy.",
+        "operands": ["driver", "device-plugin", "npu-feature-discovery", "metrics-exporter", "validator"],
+        "validator_operand": "validator",
+        "resource_prefixes": ["rebellions.ai/"],
+        "kernel_modules": ["rebellions"],
+        "device_glob": "/dev/rbln[0-9]*",
+        "smi_command": "rbln-smi",
+        "services": ["rbln-daemon"],
+        "packages": ["rbln-driver"],
+        "package_families": ["rbln-*", "rebellions-*"],
+        "package_version_suffix": "",
+        "image": "rebellions/rbln-driver",
+        "tag_format": "{version}-{kernel}-{os_tag}",
+        "regular_tag_format": "{version}-{os_tag}",
+        "tag_uses_branch": False,
+    },
+}
+
+_REQUIRED_TYPES: dict[str, type] = {
+    "presence_label": str,
+    "driver_version_labels": dict,
+    "upgrade_state_label": str,
+    "upgrade_skip_label": str,
+    "drain_skip_label": str,
+    "deploy_label_prefix": str,
+    "operands": list,
+    "resource_prefixes": list,
+    "kernel_modules": list,
+    "smi_command": str,
+    "packages": list,
+    "tag_format": str,
+}
+_OPTIONAL_TYPES: dict[str, type] = {
+    "display_name": str,
+    "driver_version_labels_alt": dict,
+    "deploy_skip_label": str,
+    "annotation_prefix": str,
+    "validator_operand": str,
+    "device_glob": str,
+    "services": list,
+    "package_families": list,
+    "package_version_suffix": str,
+    "image": str,
+    "regular_tag_format": str,
+    "tag_uses_branch": bool,
+}
+
+
+class ProfileError(ValueError):
+    """An unknown vendor or an invalid profile field (message names vendor and key)."""
+
+
+def resolve_profile(
+    vendor: str,
+    overrides: Optional[Mapping[str, Any]] = None,
+    extra_vendors: Optional[Mapping[str, Mapping[str, Any]]] = None,
+) -> dict[str, Any]:
+    """Return the profile for ``vendor`` with ``overrides`` applied.
+
+    ``extra_vendors`` maps new vendor names (AMD, Intel Gaudi, ...) to complete profiles, or to
+    partial ones that name a built-in base with ``base: nvidia``. Raises ProfileError.
+    """
+    known = dict(BUILTIN_PROFILES)
+    for name, prof in (extra_vendors or {}).items():
+        if not isinstance(prof, Mapping):
+            raise ProfileError("vendor profile %r must be a mapping, got %s" % (name, type(prof).__name__))
+        base_name = prof.get("base")
+        base = copy.deepcopy(known.get(base_name, {})) if base_name else {}
+        if base_name and base_name not in known:
+            raise ProfileError("vendor profile %r: base %r is not a known vendor" % (name, base_name))
+        base.update({k: v for k, v in prof.items() if k != "base"})
+        known[name] = base
+    if vendor not in known:
+        raise ProfileError("unknown vendor %r; known vendors: %s" % (vendor, ", ".join(sorted(known))))
+    profile = copy.deepcopy(known[vendor])
+    for key, value in (overrides or {}).items():
+        if isinstance(value, Mapping) and isinstance(profile.get(key), dict):
+            profile[key] = dict(profile[key], **value)
+        else:
+            profile[key] = copy.deepcopy(value)
+    validate_profile(vendor, profile)
+    profile["name"] = vendor
+    return profile
+
+
+def validate_profile(vendor: str, profile: Mapping[str, Any]) -> None:
+    """Raise ProfileError for missing required keys, unknown keys or wrong types."""
+    for key, typ in _REQUIRED_TYPES.items():
+        if key not in profile:
+            raise ProfileError("vendor profile %r: required key %r is missing" % (vendor, key))
+    for key, value in profile.items():
+        typ = _REQUIRED_TYPES.get(key) or _OPTIONAL_TYPES.get(key)
+        if key == "name":
+            continue
+        if typ is None:
+            raise ProfileError(
+                "vendor profile %r: unknown key %r; known keys: %s"
+                % (vendor, key, ", ".join(sorted(set(_REQUIRED_TYPES) | set(_OPTIONAL_TYPES))))
+            )
+        if value is not None and not isinstance(value, typ):
+            raise ProfileError(
+                "vendor profile %r: key %r must be a %s, got %s" % (vendor, key, typ.__name__, type(value).__name__)
+            )
+    if not profile["driver_version_labels"]:
+        raise ProfileError("vendor profile %r: driver_version_labels must not be empty" % vendor)
+
+
+def deploy_label_keys(profile: Mapping[str, Any]) -> list[str]:
+    """Operand deploy label keys (``<prefix><operand>``) in operand-chain order."""
+    return [profile["deploy_label_prefix"] + op for op in profile["operands"]]
+
+
+def annotation_key(profile: Mapping[str, Any], suffix: str) -> str:
+    """Annotation key under the vendor's upgrade prefix, e.g. ``nvidia.com/gpu-driver-upgrade-<suffix>``."""
+    prefix = profile.get("annotation_prefix") or profile["upgrade_state_label"].rsplit("-state", 1)[0]
+    return "%s-%s" % (prefix, suffix)
+
+
+def is_accelerator_resource(profile: Mapping[str, Any], resource_name: str) -> bool:
+    """True when a container resource name belongs to the vendor (prefix match, as the operators do)."""
+    return any(resource_name.startswith(p) for p in profile["resource_prefixes"])
+
+
+PROFILE_ARG_SPEC: dict[str, dict[str, Any]] = {
+    "vendor": {"type": "str", "default": "nvidia"},
+    "vendor_profile": {"type": "dict"},
+    "vendor_profiles": {"type": "dict"},
+}

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs everything `make test` / `make demo` need on a fresh Debian machine (idempotent, quiet when done).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(podman runc debootstrap apt-utils dpkg-dev uidmap slirp4netns fuse-overlayfs psmisc openssl)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "bootstrap: apt-get install ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+PY=""
+for cand in "${NPUOPS_PYTHON:-}" "$HOME"/.pyenv/versions/3.12*/bin/python3 "$HOME"/.pyenv/versions/3.13*/bin/python3 \
+  "$(command -v python3.13 || true)" "$(command -v python3.12 || true)" "$(command -v python3 || true)"; do
+  [ -n "$cand" ] && [ -x "$cand" ] || continue
+  if "$cand" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' 2>/dev/null; then PY=$cand; break; fi
+done
+[ -n "$PY" ] || { echo "bootstrap: need Python >= 3.12 for ansible-core (pyenv or python3.12)" >&2; exit 1; }
+
+stamp=.venv/.requirements.sha
+want=$(cat requirements.txt requirements-dev.txt | sha256sum | cut -d' ' -f1)
+if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "bootstrap: creating .venv with $PY"
+  [ -x .venv/bin/python ] || "$PY" -m venv .venv
+  .venv/bin/pip install -q -U pip
+  .venv/bin/pip install -q -r requirements-dev.txt
+  echo "$want" > "$stamp"
+fi
