@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(podman runc debootstrap apt-utils dpkg-dev uidmap slirp4netns fuse-overlayfs psmisc openssl)
+APT_PACKAGES=(podman runc debootstrap apt-utils dpkg-dev uidmap slirp4netns fuse-overlayfs psmisc openssl shellcheck)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -31,3 +31,16 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
   .venv/bin/pip install -q -r requirements-dev.txt
   echo "$want" > "$stamp"
 fi
+
+# ansible-test sanity gets its own venv: its pinned requirements must not disturb ansible-lint's.
+core=$(.venv/bin/python -c 'import ansible; print(ansible.__version__)')
+if [ "$(.venv-sanity/bin/python -c 'import ansible; print(ansible.__version__)' 2>/dev/null)" != "$core" ]; then
+  echo "bootstrap: creating .venv-sanity (ansible-core $core)"
+  [ -x .venv-sanity/bin/python ] || "$PY" -m venv .venv-sanity
+  .venv-sanity/bin/pip install -q -U pip
+  .venv-sanity/bin/pip install -q "ansible-core==$core"
+fi
+# ansible-test fetches get-pip.py from a host that is unreachable here; serve our ensurepip stand-in.
+pipver=$(grep -oP "pip='\\K[0-9.]+" .venv-sanity/lib/python3*/site-packages/ansible_test/_internal/python_requirements.py | head -1)
+mkdir -p "$HOME/.ansible/test/cache"
+cp scripts/get_pip_offline.py "$HOME/.ansible/test/cache/get_pip_${pipver//./_}.py"

@@ -16,9 +16,22 @@ link_collection() {
 
 stage_lint() {
   echo "== ruff"; ruff check plugins tests scripts
+  echo "== ansible-lint (profile production)"; ansible-lint -q --profile production
 }
 
-stage_sanity() { :; }
+stage_sanity() {
+  # ansible-test wants the collection at .../ansible_collections/npuops/fleet and, inside a git work
+  # tree, only sees tracked files: copy the tracked + new files outside the repo.
+  echo "== ansible-test sanity"
+  local dst="${TMPDIR:-/tmp}/npuops-sanity.$$/ansible_collections/npuops/fleet"
+  mkdir -p "$dst"
+  git ls-files -co --exclude-standard | grep -v '^tests/lab/' | while read -r f; do [ -e "$f" ] && echo "$f"; done \
+    | tar -cf - -T - | tar -xf - -C "$dst"
+  (cd "$dst" && "$OLDPWD/.venv-sanity/bin/ansible-test" sanity --requirements --python 3.12 --color no 2>&1 \
+    | grep -v '^Collecting\|^  Downloading\|^Installing\|^Successfully\|^Using cached\|━') ; local rc=${PIPESTATUS[0]}
+  rm -rf "${dst%/ansible_collections/npuops/fleet}"
+  return "$rc"
+}
 
 stage_unit() {
   echo "== pytest unit"

@@ -16,12 +16,12 @@ options:
     default: nvidia
   vendor_profile:
     description:
-      - Overrides for fields of the selected vendor's profile, for example
-        C({presence_label: example.com/gpu.present}). Dict fields are merged one level deep.
+      - "Overrides for fields of the selected vendor's profile, for example
+        C({presence_label: example.com/gpu.present}). Dict fields are merged one level deep."
       - Unknown keys or wrongly typed values fail before any change.
     type: dict
   vendor_profiles:
     description:
-      - Additional vendors, name -> profile. A profile may start from a built-in one with C(base: nvidia).
+      - "Additional vendors, name -> profile. A profile may start from a built-in one with C(base: nvidia)."
     type: dict
 """

@@ -88,7 +88,13 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
         "display_name": "Rebellions NPU",
         "presence_label": "rebellions.ai/npu.present",
         "driver_version_labels": {"full": "rebellions.ai/npu.driver-version"},
-        "driver_version_labels_alt": {},
+        # RBLN NPU Feature Discovery's keys (what the lab scenario publishes); read when the primary is absent.
+        "driver_version_labels_alt": {
+            "full": "rebellions.ai/driver-version.full",
+            "major": "rebellions.ai/driver-version.major",
+            "minor": "rebellions.ai/driver-version.minor",
+            "patch": "rebellions.ai/driver-version.patch",
+        },
         "upgrade_state_label": "rebellions.ai/npu-driver-upgrade-state",
         "upgrade_skip_label": "rebellions.ai/npu-driver-upgrade.skip",
         "drain_skip_label": "rebellions.ai/npu-driver-upgrade-drain.skip",

@@ -1,0 +1,97 @@
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Kernel releases and kernel-module versions: pure helpers (no I/O)."""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, Optional
+
+
+def version_sort_key(release: str) -> tuple:
+    """Sort key that orders kernel releases like ``sort -V`` (numbers compare as numbers).
+
+    ``5.15.0-99-generic`` < ``5.15.0-179-generic``; ``6.8.0-45-generic`` > ``5.15.0-179-generic``.
+    """
+    parts = re.findall(r"\d+|[^\d]+", release or "")
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts)
+
+
+def kernels_from_boot_listing(names: Iterable[str]) -> list[str]:
+    """Kernel releases from the file names in /boot (``vmlinuz-<release>``), oldest first."""
+    rels = set()
+    for name in names:
+        if name.startswith("vmlinuz-"):
+            rel = name[len("vmlinuz-") :]
+            if rel and not rel.endswith((".old", ".bak", ".dpkg-tmp", ".dpkg-new")):
+                rels.add(rel)
+    return sorted(rels, key=version_sort_key)
+
+
+def next_boot_kernel(installed: Iterable[str]) -> Optional[str]:
+    """The kernel the host boots next by default: the newest installed release (grub's default order)."""
+    rels = sorted(set(installed), key=version_sort_key)
+    return rels[-1] if rels else None
+
+
+def parse_modinfo_version(output: str) -> Optional[str]:
+    """Version from ``modinfo -F version`` (one line) or full ``modinfo`` output (``version: X``)."""
+    for line in (output or "").splitlines():
+        s = line.strip()
+        if not s:
+            continue
+        m = re.match(r"^version:\s*(\S+)", s)
+        if m:
+            return m.group(1)
+        if ":" not in s and " " not in s:
+            return s
+    return None
+
+
+def parse_sys_module_version(text: str) -> Optional[str]:
+    """Content of ``/sys/module/<mod>/version`` -> version string or None."""
+    s = (text or "").strip()
+    return s.splitlines()[0].strip() if s else None
+
+
+def kernel_package_names(release: str) -> list[str]:
+    """Debian/Ubuntu packages that carry one kernel release (holding these pins the booted kernel)."""
+    return [
+        "linux-image-%s" % release,
+        "linux-image-unsigned-%s" % release,
+        "linux-modules-%s" % release,
+        "linux-modules-extra-%s" % release,
+        "linux-headers-%s" % release,
+    ]
+
+
+# Meta packages that pull a newer kernel in (Ubuntu flavours and Debian's arch metas).
+KERNEL_META_PATTERNS = (
+    "linux-generic",
+    "linux-generic-hwe-*",
+    "linux-image-generic",
+    "linux-image-generic-hwe-*",
+    "linux-headers-generic",
+    "linux-headers-generic-hwe-*",
+    "linux-virtual",
+    "linux-virtual-hwe-*",
+    "linux-image-virtual",
+    "linux-image-virtual-hwe-*",
+    "linux-headers-virtual",
+    "linux-headers-virtual-hwe-*",
+    "linux-aws",
+    "linux-image-aws",
+    "linux-headers-aws",
+    "linux-gcp",
+    "linux-image-gcp",
+    "linux-azure",
+    "linux-image-azure",
+    "linux-oracle",
+    "linux-image-oracle",
+    "linux-image-amd64",
+    "linux-headers-amd64",
+    "linux-image-arm64",
+    "linux-headers-arm64",
+    "linux-image-cloud-amd64",
+    "linux-modules-nvidia-*-generic",
+    "linux-modules-nvidia-*-generic-hwe-*",
+)

@@ -1,0 +1,227 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Run-wide maintenance lock as a ``coordination.k8s.io/v1`` Lease.
+
+``decide_acquire`` / ``decide_release`` are pure (lease dict + holder + now -> decision);
+``LeaseManager`` applies a decision with optimistic concurrency: create (409 if someone created it
+first) or replace with the ``resourceVersion`` that was read (409 if someone wrote in between), and a
+delete with a resourceVersion precondition. On a conflict the lease is read again and decided again,
+so of two concurrent acquirers exactly one wins.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any, Mapping, Optional
+
+DEFAULT_NAMESPACE = "kube-system"
+DEFAULT_NAME = "npuops-fleet-maintenance-window"
+MAX_CONFLICT_RETRIES = 5
+
+
+class LeaseHeldError(Exception):
+    """Another holder's lease is still valid."""
+
+    def __init__(self, msg: str, lease: Mapping[str, Any]):
+        super().__init__(msg)
+        self.lease = lease
+
+
+def now_utc() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def fmt_time(t: dt.datetime) -> str:
+    """MicroTime as the API serialises it: RFC 3339 with microseconds, UTC ``Z``."""
+    return t.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(value: Optional[str]) -> Optional[dt.datetime]:
+    if not value:
+        return None
+    if isinstance(value, dt.datetime):
+        return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
+    v = str(value).strip().replace("Z", "+00:00")
+    try:
+        return dt.datetime.fromisoformat(v)
+    except ValueError:
+        return None
+
+
+def lease_state(lease: Optional[Mapping[str, Any]], now: dt.datetime) -> dict[str, Any]:
+    """Holder, times and whether the lease is still valid (renewTime + leaseDurationSeconds > now).
+
+    A lease with no holder, or no renew/acquire time, is free. Expiry uses renewTime (falling back to
+    acquireTime) as the Kubernetes leader-election code does.
+    """
+    spec = (lease or {}).get("spec") or {}
+    holder = spec.get("holderIdentity") or ""
+    duration = spec.get("leaseDurationSeconds") or 0
+    acquire = parse_time(spec.get("acquireTime"))
+    renew = parse_time(spec.get("renewTime")) or acquire
+    expires = renew + dt.timedelta(seconds=int(duration)) if renew and duration else None
+    valid = bool(holder) and expires is not None and expires > now
+    return {
+        "holder": holder,
+        "acquire_time": spec.get("acquireTime"),
+        "renew_time": spec.get("renewTime"),
+        "duration": duration,
+        "expires": fmt_time(expires) if expires else None,
+        "valid": valid,
+        "transitions": spec.get("leaseTransitions") or 0,
+    }
+
+
+def decide_acquire(lease: Optional[Mapping[str, Any]], holder: str, now: dt.datetime) -> dict[str, Any]:
+    """``{action, ...}`` with action create | renew | take_over | acquire_free | refuse."""
+    if lease is None:
+        return {"action": "create"}
+    st = lease_state(lease, now)
+    if st["holder"] == holder:
+        return {"action": "renew", "state": st}
+    if not st["holder"]:
+        return {"action": "acquire_free", "state": st}
+    if st["valid"]:
+        return {"action": "refuse", "state": st}
+    return {"action": "take_over", "state": st}
+
+
+def decide_release(lease: Optional[Mapping[str, Any]], holder: str, now: dt.datetime) -> dict[str, Any]:
+    """``{action}`` with action absent | release | not_ours (another holder; never deleted)."""
+    if lease is None:
+        return {"action": "absent"}
+    st = lease_state(lease, now)
+    if st["holder"] == holder:
+        return {"action": "release", "state": st}
+    return {"action": "not_ours", "state": st}
+
+
+def new_spec(
+    lease: Optional[Mapping[str, Any]], decision: Mapping[str, Any], holder: str, ttl: int, now: dt.datetime
+) -> dict[str, Any]:
+    """Spec to write for an acquire decision; renew keeps acquireTime, a new holder bumps transitions."""
+    spec = dict((lease or {}).get("spec") or {})
+    ts = fmt_time(now)
+    if decision["action"] == "renew":
+        spec.update(renewTime=ts, leaseDurationSeconds=int(ttl))
+        spec.setdefault("acquireTime", ts)
+        return spec
+    spec.update(holderIdentity=holder, leaseDurationSeconds=int(ttl), acquireTime=ts, renewTime=ts)
+    if decision["action"] in ("take_over", "acquire_free"):
+        spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
+    else:
+        spec.setdefault("leaseTransitions", 0)
+    return spec
+
+
+def refuse_message(name: str, namespace: str, st: Mapping[str, Any], now: dt.datetime) -> str:
+    exp = parse_time(st["expires"])
+    left = int((exp - now).total_seconds()) if exp else 0
+    return (
+        "lease %s/%s is held by %s since %s (renewed %s, expires %s, in %ds); another run is in its "
+        "maintenance window. Wait, or release it from that run (state=absent with its holder)"
+        % (namespace, name, st["holder"], st["acquire_time"], st["renew_time"], st["expires"], left)
+    )
+
+
+class LeaseManager:
+    """Applies decisions against the API (CoordinationV1Api) with resourceVersion preconditions."""
+
+    def __init__(self, api_client: Any, namespace: str, name: str, labels: Optional[Mapping[str, str]] = None):
+        from kubernetes import client as k8s
+
+        self.k8s = k8s
+        self.api = k8s.CoordinationV1Api(api_client)
+        self.namespace = namespace
+        self.name = name
+        self.labels = dict(labels or {})
+        self.requests = 0
+
+    def read(self) -> Optional[dict[str, Any]]:
+        self.requests += 1
+        try:
+            resp = self.api.read_namespaced_lease(self.name, self.namespace, _preload_content=False)
+        except self.k8s.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return json.loads(resp.data)
+
+    def _write(self, lease: Optional[Mapping[str, Any]], spec: Mapping[str, Any]) -> dict[str, Any]:
+        self.requests += 1
+        if lease is None:
+            body = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace, "labels": self.labels},
+                "spec": dict(spec),
+            }
+            resp = self.api.create_namespaced_lease(self.namespace, body, _preload_content=False)
+        else:
+            meta = dict(lease.get("metadata") or {})
+            body = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {
+                    "name": self.name,
+                    "namespace": self.namespace,
+                    "resourceVersion": meta.get("resourceVersion"),
+                    "labels": meta.get("labels") or self.labels,
+                    "annotations": meta.get("annotations") or {},
+                },
+                "spec": dict(spec),
+            }
+            resp = self.api.replace_namespaced_lease(self.name, self.namespace, body, _preload_content=False)
+        return json.loads(resp.data)
+
+    def acquire(self, holder: str, ttl: int, check_mode: bool = False, now_fn=now_utc) -> dict[str, Any]:
+        """Returns ``{action, changed, taken_over, previous, lease}``; raises LeaseHeldError."""
+        for _ in range(MAX_CONFLICT_RETRIES):
+            lease = self.read()
+            now = now_fn()
+            decision = decide_acquire(lease, holder, now)
+            previous = decision.get("state")
+            if decision["action"] == "refuse":
+                raise LeaseHeldError(refuse_message(self.name, self.namespace, previous, now), lease or {})
+            spec = new_spec(lease, decision, holder, ttl, now)
+            if check_mode:
+                return {"action": decision["action"], "changed": True, "previous": previous,
+                        "lease": dict(lease or {}, spec=spec)}
+            try:
+                written = self._write(lease, spec)
+            except self.k8s.ApiException as exc:
+                if exc.status == 409:  # lost a race: read again, decide again
+                    continue
+                raise
+            return {"action": decision["action"], "changed": True, "previous": previous, "lease": written}
+        raise RuntimeError(
+            "lease %s/%s: %d conflicting writes in a row; giving up" % (self.namespace, self.name, MAX_CONFLICT_RETRIES)
+        )
+
+    def release(self, holder: str, check_mode: bool = False, now_fn=now_utc) -> dict[str, Any]:
+        for _ in range(MAX_CONFLICT_RETRIES):
+            lease = self.read()
+            decision = decide_release(lease, holder, now_fn())
+            if decision["action"] != "release":
+                return {"action": decision["action"], "changed": False, "previous": decision.get("state"),
+                        "lease": lease}
+            if check_mode:
+                return {"action": "release", "changed": True, "previous": decision["state"], "lease": lease}
+            rv = (lease.get("metadata") or {}).get("resourceVersion")
+            self.requests += 1
+            try:
+                self.api.delete_namespaced_lease(
+                    self.name, self.namespace,
+                    body=self.k8s.V1DeleteOptions(preconditions=self.k8s.V1Preconditions(resource_version=rv)),
+                )
+            except self.k8s.ApiException as exc:
+                if exc.status == 404:
+                    return {"action": "absent", "changed": False, "previous": decision["state"], "lease": None}
+                if exc.status == 409:
+                    continue
+                raise
+            return {"action": "release", "changed": True, "previous": decision["state"], "lease": None}
+        raise RuntimeError(
+            "lease %s/%s: %d conflicting writes in a row; giving up" % (self.namespace, self.name, MAX_CONFLICT_RETRIES)
+        )

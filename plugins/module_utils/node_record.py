@@ -1,0 +1,102 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What the upgrade writes on the Node: the state label, the bookkeeping annotations and an Event per
+transition (core/v1 Event, involvedObject = the Node, shown by ``kubectl describe node``).
+
+Annotation keys (``annotation_key(profile, suffix)``, e.g. ``nvidia.com/gpu-driver-upgrade-<suffix>``):
+``last-transition`` (JSON from/to/reason/time, kept), ``unschedulable-before`` (spec.unschedulable
+before our cordon), ``operand-labels-before`` (JSON deploy labels before the pause),
+``operand-daemonsets`` (JSON operand DaemonSets seen on the node), ``target-version``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import socket
+from typing import Any, Mapping, Optional
+
+from ansible_collections.npuops.fleet.plugins.module_utils import k8s_retry
+from ansible_collections.npuops.fleet.plugins.module_utils.vendor_profiles import annotation_key
+
+LAST_TRANSITION = "last-transition"
+UNSCHEDULABLE_BEFORE = "unschedulable-before"
+OPERAND_LABELS_BEFORE = "operand-labels-before"
+OPERAND_DAEMONSETS = "operand-daemonsets"
+TARGET_VERSION = "target-version"
+BOOKKEEPING = (UNSCHEDULABLE_BEFORE, OPERAND_LABELS_BEFORE, OPERAND_DAEMONSETS, TARGET_VERSION)
+EVENT_NAMESPACE = "default"
+COMPONENT = "npuops.fleet/npu_node_upgrade"
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def annotations(node: Mapping[str, Any]) -> dict[str, str]:
+    return dict((node.get("metadata") or {}).get("annotations") or {})
+
+
+def labels(node: Mapping[str, Any]) -> dict[str, str]:
+    return dict((node.get("metadata") or {}).get("labels") or {})
+
+
+def get_annotation(profile: Mapping[str, Any], node: Mapping[str, Any], suffix: str) -> Optional[str]:
+    return annotations(node).get(annotation_key(profile, suffix))
+
+
+def get_json_annotation(profile: Mapping[str, Any], node: Mapping[str, Any], suffix: str) -> Any:
+    raw = get_annotation(profile, node, suffix)
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
+def has_bookkeeping(profile: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
+    anns = annotations(node)
+    return any(annotation_key(profile, s) in anns for s in (UNSCHEDULABLE_BEFORE, OPERAND_LABELS_BEFORE))
+
+
+def patch_node(core: Any, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge-patch the node; returns the node as a dict."""
+    resp = k8s_retry.call(core.patch_node, name, body, _preload_content=False)
+    return json.loads(resp.data)
+
+
+def read_node(core: Any, name: str) -> dict[str, Any]:
+    resp = k8s_retry.call(core.read_node, name, _preload_content=False)
+    return json.loads(resp.data)
+
+
+def node_ready(node: Mapping[str, Any]) -> bool:
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return cond.get("status") == "True"
+    return False
+
+
+def create_event(core: Any, node: Mapping[str, Any], reason: str, message: str, warning: bool = False) -> Optional[str]:
+    """Record an Event on the node; returns an error text instead of raising (events are best effort)."""
+    meta = node.get("metadata") or {}
+    stamp = now_iso()
+    body = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": "%s." % meta.get("name"), "namespace": EVENT_NAMESPACE},
+        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": meta.get("name"), "uid": meta.get("uid")},
+        "reason": reason,
+        "message": message[:1024],
+        "type": "Warning" if warning else "Normal",
+        "source": {"component": COMPONENT, "host": socket.gethostname()},
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }
+    try:
+        k8s_retry.call(core.create_namespaced_event, EVENT_NAMESPACE, body, budget=10, _preload_content=False)
+    except Exception as exc:  # noqa: BLE001 - an event must not fail the upgrade
+        return "could not record event %s on node %s: %s" % (reason, meta.get("name"), exc)
+    return None

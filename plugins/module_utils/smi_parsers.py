@@ -1,0 +1,221 @@
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Pure parsers for what accelerator tools print (nvidia-smi, rbln-smi, /proc/driver/nvidia/version,
+kernel log lines). No I/O here: every function takes text and returns plain data, so the unit tests
+can feed them the real outputs kept under tests/unit/fixtures/.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Optional
+
+# Values nvidia-smi prints for a field it cannot give (MIG mode, unsupported boards, errors).
+NA_VALUES = frozenset(
+    {
+        "",
+        "n/a",
+        "[n/a]",
+        "[not supported]",
+        "not supported",
+        "[unknown error]",
+        "unknown error",
+        "[insufficient permissions]",
+        "[gpu is lost]",
+        "[gpu requires reset]",
+        "-",
+    }
+)
+
+_VERSION_RE = r"\d+(?:\.\d+)+"
+
+
+def na_to_none(value: Optional[str]) -> Optional[str]:
+    """Strip a field; N/A-style values (``[N/A]``, ``[Not Supported]``, ``[Unknown Error]``...) -> None."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.lower() in NA_VALUES:
+        return None
+    return value
+
+
+def normalize_version(version: Optional[str]) -> Optional[str]:
+    """Upstream version of a package or module version: epoch and Debian revision dropped.
+
+    ``525.85.12-1`` -> ``525.85.12``; ``1:580.126.09-0ubuntu0.22.04.1`` -> ``580.126.09``;
+    ``580.126.09`` unchanged; empty / N/A -> None.
+    """
+    version = na_to_none(version)
+    if not version:
+        return None
+    if ":" in version.split("-", 1)[0]:
+        version = version.split(":", 1)[1]
+    # Debian revision: everything after the last hyphen (upstream versions of drivers have none).
+    if "-" in version:
+        version = version.rsplit("-", 1)[0]
+    # build metadata such as 3.0.0+ubuntu... / 2.4.0~rc1 is kept: it is part of the upstream version
+    return version
+
+
+def _components(version: str) -> list[str]:
+    return re.split(r"[.]", version)
+
+
+def versions_match(a: Optional[str], b: Optional[str]) -> bool:
+    """True when two driver versions denote the same driver after normalisation.
+
+    A shorter version that is a component-wise prefix of the longer one matches it, because NVML's
+    mismatch line prints only ``major.minor`` (``NVML library version: 570.124`` for 570.124.06).
+    """
+    a, b = normalize_version(a), normalize_version(b)
+    if not a or not b:
+        return False
+    if a == b:
+        return True
+    ca, cb = _components(a), _components(b)
+    short, long_ = (ca, cb) if len(ca) <= len(cb) else (cb, ca)
+    if len(short) < 2:
+        return False
+    return long_[: len(short)] == short
+
+
+def parse_proc_driver_nvidia_version(text: str) -> Optional[str]:
+    """Loaded module version from ``/proc/driver/nvidia/version`` (legacy and open kernel module).
+
+    ``NVRM version: NVIDIA UNIX x86_64 Kernel Module  520.56.06  Thu Oct ...`` -> ``520.56.06``;
+    ``NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.126.09  Release Build ...``.
+    """
+    for line in (text or "").splitlines():
+        if not line.startswith("NVRM version:"):
+            continue
+        m = re.search(r"Kernel Module(?:\s+for\s+\S+)?\s+(" + _VERSION_RE + r")\b", line)
+        if m:
+            return m.group(1)
+        m = re.search(r"\s(" + _VERSION_RE + r")\s", line + " ")
+        if m:
+            return m.group(1)
+    return None
+
+
+def parse_nvrm_api_mismatch(text: str) -> Optional[dict[str, str]]:
+    """The kernel's ``NVRM: API mismatch`` message (case C3), also as syslog writes it with ``#012``.
+
+    Returns ``{"client_version": "535.54.03", "kernel_version": "530.30.02"}`` or None.
+    """
+    text = (text or "").replace("#012", "\n")
+    m = re.search(
+        r"NVRM: API mismatch: the client has the version (" + _VERSION_RE + r"),\s*but\s*"
+        r"(?:NVRM:\s*)?this kernel module has the version (" + _VERSION_RE + r")",
+        text,
+    )
+    if not m:
+        return None
+    return {"client_version": m.group(1), "kernel_version": m.group(2)}
+
+
+NVIDIA_SMI_DEFAULT_FIELDS = ("index", "driver_version", "name", "memory.total", "pci.bus_id")
+
+
+def _field_key(field: str) -> str:
+    return field.strip().replace(".", "_")
+
+
+def classify_nvidia_smi(output: str, rc: int = 0) -> dict[str, Any]:
+    """Status of an ``nvidia-smi`` run from its output and exit code (case C17).
+
+    Returns ``{"status": ..., "message": ..., "library_version": ...}`` where status is ``ok``,
+    ``no_devices`` (``No devices were found``), ``no_driver`` (cannot talk to the driver),
+    ``mismatch`` (``Failed to initialize NVML: Driver/library version mismatch``; library_version
+    from the ``NVML library version:`` line when printed) or ``error``.
+    """
+    text = (output or "").strip()
+    low = text.lower()
+    res: dict[str, Any] = {"status": "ok", "message": None, "library_version": None}
+    m = re.search(r"NVML library version:\s*(" + _VERSION_RE + r")", text)
+    if m:
+        res["library_version"] = m.group(1)
+    first = text.splitlines()[0].strip() if text else ""
+    if "driver/library version mismatch" in low:
+        res.update(status="mismatch", message=first)
+    elif "no devices were found" in low:
+        res.update(status="no_devices", message=first)
+    elif "couldn't communicate with the nvidia driver" in low or "nvidia-smi has failed" in low:
+        res.update(status="no_driver", message=first)
+    elif low.startswith("failed to initialize nvml") or rc != 0:
+        res.update(status="error", message=first or "exit code %s" % rc)
+    return res
+
+
+def parse_nvidia_smi_query(output: str, fields=NVIDIA_SMI_DEFAULT_FIELDS) -> list[dict[str, Any]]:
+    """Rows of ``nvidia-smi --query-gpu=<fields> --format=csv,noheader`` as dicts.
+
+    Keys are the field names with dots as underscores (``memory.total`` -> ``memory_total``);
+    N/A-style values become None; extra or missing columns never raise (missing -> None). Lines that
+    are not CSV rows (an error message) are skipped: run :func:`classify_nvidia_smi` first.
+    """
+    keys = [_field_key(f) for f in fields]
+    rows = []
+    for line in (output or "").splitlines():
+        if not line.strip() or "," not in line and len(keys) > 1:
+            continue
+        cols = [c.strip() for c in line.split(",")]
+        # a name could contain a comma: fold surplus columns into the "name" column when present
+        if len(cols) > len(keys) and "name" in keys:
+            i = keys.index("name")
+            extra = len(cols) - len(keys)
+            cols[i : i + extra + 1] = [", ".join(cols[i : i + extra + 1])]
+        row = {}
+        for i, key in enumerate(keys):
+            row[key] = na_to_none(cols[i]) if i < len(cols) else None
+        if "index" in row and row["index"] is not None:
+            try:
+                row["index"] = int(row["index"])
+            except ValueError:
+                pass
+        rows.append(row)
+    return rows
+
+
+def parse_rbln_smi(output: str) -> dict[str, Any]:
+    """``rbln-smi`` table: ``{"kmd_version": "3.0.0", "devices": [...]}``.
+
+    Each device: npu (int), name, device, pci_bus_id, temp, power, perf, memory_used,
+    memory_total, util — blank cells and N/A-style values are None.
+    """
+    text = output or ""
+    res: dict[str, Any] = {"kmd_version": None, "devices": []}
+    m = re.search(r"KMD ver(?:sion)?\s*:\s*(\S+)", text)
+    if m:
+        res["kmd_version"] = m.group(1).strip("|")
+    header: Optional[list[str]] = None
+    for line in text.splitlines():
+        s = line.strip()
+        if not s.startswith("|") or not s.endswith("|"):
+            continue
+        cells = [c.strip() for c in s.strip("|").split("|")]
+        if len(cells) < 2:
+            continue
+        if header is None:
+            if cells[0].upper() == "NPU":
+                header = [_rbln_key(c) for c in cells]
+            continue
+        if not cells[0].isdigit():
+            continue
+        raw = dict(zip(header, cells))
+        dev: dict[str, Any] = {"npu": int(cells[0])}
+        for key, value in raw.items():
+            if key == "npu":
+                continue
+            if key == "memory":
+                used, _, total = (value or "").partition("/")
+                dev["memory_used"] = na_to_none(used)
+                dev["memory_total"] = na_to_none(total)
+            else:
+                dev[key] = na_to_none(value)
+        res["devices"].append(dev)
+    return res
+
+
+def _rbln_key(cell: str) -> str:
+    key = cell.split("(")[0].strip().lower().replace(" ", "_")
+    return {"pci_bus_id": "pci_bus_id"}.get(key, key)

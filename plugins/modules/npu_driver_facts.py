@@ -1,0 +1,448 @@
+#!/usr/bin/python
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: npu_driver_facts
+short_description: Host-side facts about the GPU/NPU driver, kernel and OS-update state
+version_added: 0.1.0
+description:
+  - Runs on the accelerator host itself (no Kubernetes access) and never changes anything.
+  - Compares three driver versions — the loaded kernel module, the module on disk for the kernel the
+    host boots next (C(modinfo -k)), and the userspace (C(nvidia-smi), the NVML mismatch line, or the
+    utils package) — and gives a verdict C(ok), C(reload_required), C(rebuild_required),
+    C(no_driver) or C(no_devices). Debian revisions are dropped before comparing.
+  - Also reports pending reboot, held packages, the installed driver and kernel packages,
+    unattended-upgrades status (APT::Periodic, C(apt-daily-upgrade.timer), blacklist coverage) and the
+    last C(/var/log/apt/history.log) entry that touched driver or kernel packages.
+  - Results are returned as C(ansible_facts.npu_driver) and as top-level keys.
+extends_documentation_fragment:
+  - npuops.fleet.vendor
+options:
+  expected_version:
+    description:
+      - The driver version the host should run. Sets RV(expected_match); also the reference version
+        when the userspace version cannot be read.
+    type: str
+  boot_kernel:
+    description:
+      - Kernel release the host will boot next. Default is the newest installed C(/boot/vmlinuz-*).
+    type: str
+  module_name:
+    description:
+      - Kernel module whose version is read. Default is the last (base) module of the profile's
+        C(kernel_modules) (C(nvidia), C(rebellions)).
+    type: str
+  userspace_packages:
+    description:
+      - fnmatch patterns of the package whose version is the userspace version when the smi tool
+        cannot tell it. Default C(nvidia-utils-*), C(nvidia-smi), C(nvidia-driver-*) for nvidia;
+        the profile's C(packages) otherwise.
+    type: list
+    elements: str
+  smi_query_fields:
+    description:
+      - Fields for C(nvidia-smi --query-gpu). Each becomes a key of RV(devices) (dots as underscores).
+    type: list
+    elements: str
+    default: [index, driver_version, name, memory.total, pci.bus_id]
+  history_log:
+    description: APT history log to read.
+    type: path
+    default: /var/log/apt/history.log
+  proc_version_file:
+    description:
+      - File with the loaded module's version when C(/sys/module/<module>/version) is absent. Default
+        C(/proc/driver/nvidia/version) for nvidia, none otherwise.
+    type: path
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  facts:
+    support: full
+author:
+  - npuops.fleet maintainers
+"""
+
+EXAMPLES = r"""
+- name: Read driver facts
+  npuops.fleet.npu_driver_facts:
+    vendor: nvidia
+    expected_version: 550.90.07
+
+- name: Fail on a driver/library mismatch
+  ansible.builtin.assert:
+    that: ansible_facts.npu_driver.verdict == 'ok'
+    fail_msg: "{{ ansible_facts.npu_driver.verdict_reason }}"
+"""
+
+RETURN = r"""
+verdict:
+  description: C(ok), C(reload_required), C(rebuild_required), C(no_driver) or C(no_devices).
+  returned: always
+  type: str
+verdict_reason:
+  description: Human text, e.g. C(module reload or reboot required: kernel module 460.56 vs userspace 460.73.01).
+  returned: always
+  type: str
+healthy:
+  description: verdict == ok.
+  returned: always
+  type: bool
+expected_match:
+  description: All known versions equal O(expected_version); null without it.
+  returned: always
+  type: bool
+running_kernel:
+  description: C(uname -r).
+  returned: always
+  type: str
+boot_kernel:
+  description: Kernel release the host boots next.
+  returned: always
+  type: str
+installed_kernels:
+  description: Releases with C(/boot/vmlinuz-<release>), oldest first.
+  returned: always
+  type: list
+loaded_version:
+  description: Version of the loaded kernel module, null when not loaded.
+  returned: always
+  type: str
+on_disk_versions:
+  description: Release -> version of the module on disk for that kernel (null = missing).
+  returned: always
+  type: dict
+on_disk_boot_version:
+  description: Version of the module on disk for RV(boot_kernel).
+  returned: always
+  type: str
+userspace_version:
+  description: Userspace driver version (Debian revision dropped).
+  returned: always
+  type: str
+devices:
+  description: Devices as the smi tool lists them; N/A-style fields are null.
+  returned: always
+  type: list
+device_count:
+  description: Number of devices the smi tool lists; null when the tool could not tell.
+  returned: always
+  type: int
+reboot_required:
+  description: C(/var/run/reboot-required) exists.
+  returned: always
+  type: bool
+held_packages:
+  description: Packages with dpkg selection C(hold).
+  returned: always
+  type: list
+unattended_upgrades:
+  description: unattended-upgrades status (installed, periodic, timer, blacklist, uncovered families).
+  returned: always
+  type: dict
+last_driver_package_change:
+  description: Newest APT history entry that changed driver or kernel packages (matching packages only).
+  returned: always
+  type: dict
+"""
+
+import glob  # noqa: E402
+import os  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+
+from ansible_collections.npuops.fleet.plugins.module_utils import apt_state, kmod_versions, smi_parsers  # noqa: E402
+from ansible_collections.npuops.fleet.plugins.module_utils.driver_verdict import driver_verdict  # noqa: E402
+from ansible_collections.npuops.fleet.plugins.module_utils.vendor_profiles import (  # noqa: E402
+    PROFILE_ARG_SPEC,
+    ProfileError,
+    resolve_profile,
+)
+
+NVIDIA_USERSPACE_PACKAGES = ["nvidia-utils-*", "nvidia-smi", "nvidia-driver-*"]
+NVIDIA_PROC_VERSION = "/proc/driver/nvidia/version"
+
+
+def _read(path):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _read_log(path):
+    text = _read(path) or ""
+    rotated = path + ".1.gz"
+    if os.path.exists(rotated):
+        import gzip
+
+        try:
+            with gzip.open(rotated, "rt", errors="replace") as f:
+                text = f.read() + "\n\n" + text
+        except OSError:
+            pass
+    return text
+
+
+class Facts:
+    def __init__(self, module, profile):
+        self.m = module
+        self.p = profile
+
+    def run(self, args, check=False):
+        rc, out, err = self.m.run_command(args, check_rc=check, environ_update={"LC_ALL": "C"})
+        return rc, out or "", err or ""
+
+    def bin(self, name):
+        return self.m.get_bin_path(name)
+
+    # kernels
+    def running_kernel(self):
+        rc, out, _ = self.run(["uname", "-r"])
+        return out.strip() if rc == 0 and out.strip() else os.uname().release
+
+    def installed_kernels(self):
+        try:
+            return kmod_versions.kernels_from_boot_listing(os.listdir("/boot"))
+        except OSError:
+            return []
+
+    def on_disk_version(self, modinfo, release, module_name):
+        if not modinfo:
+            return None
+        rc, out, _ = self.run([modinfo, "-k", release, "-F", "version", module_name])
+        return kmod_versions.parse_modinfo_version(out) if rc == 0 else None
+
+    def loaded_version(self, module_name, proc_file):
+        text = _read("/sys/module/%s/version" % module_name)
+        if text is not None and text.strip():
+            return kmod_versions.parse_sys_module_version(text), "sys_module"
+        if proc_file:
+            text = _read(proc_file)
+            if text:
+                v = smi_parsers.parse_proc_driver_nvidia_version(text)
+                if v:
+                    return v, "proc_driver"
+        if os.path.isdir("/sys/module/%s" % module_name):
+            return None, "loaded_without_version"
+        return None, None
+
+    # smi
+    def smi(self, fields):
+        cmd = self.p["smi_command"]
+        path = self.bin(cmd) if "/" not in cmd else (cmd if os.access(cmd, os.X_OK) else None)
+        res = {
+            "command": cmd,
+            "available": bool(path),
+            "rc": None,
+            "status": "missing",
+            "message": None,
+            "library_version": None,
+            "kmd_version": None,
+            "driver_version": None,
+            "devices": [],
+        }
+        if not path:
+            res["message"] = "%s not found" % cmd
+            return res
+        if os.path.basename(cmd).startswith("nvidia-smi"):
+            rc, out, err = self.run([path, "--query-gpu=%s" % ",".join(fields), "--format=csv,noheader"])
+            text = out + ("\n" + err if err else "")
+            res["rc"] = rc
+            res.update(smi_parsers.classify_nvidia_smi(text, rc))
+            if res["status"] == "ok":
+                res["devices"] = smi_parsers.parse_nvidia_smi_query(out, fields)
+                vers = [d.get("driver_version") for d in res["devices"] if d.get("driver_version")]
+                res["driver_version"] = vers[0] if vers else None
+        else:
+            rc, out, err = self.run([path])
+            res["rc"] = rc
+            parsed = smi_parsers.parse_rbln_smi(out)
+            res["kmd_version"] = parsed["kmd_version"]
+            res["devices"] = parsed["devices"]
+            if rc != 0:
+                res["status"] = "error"
+                res["message"] = (err or out).strip().splitlines()[0] if (err or out).strip() else "exit %s" % rc
+            elif not parsed["devices"]:
+                res["status"] = "no_devices"
+                res["message"] = "no devices listed"
+            else:
+                res["status"] = "ok"
+        return res
+
+
+def main():
+    spec = dict(
+        expected_version=dict(type="str"),
+        boot_kernel=dict(type="str"),
+        module_name=dict(type="str"),
+        userspace_packages=dict(type="list", elements="str"),
+        smi_query_fields=dict(
+            type="list", elements="str", default=list(smi_parsers.NVIDIA_SMI_DEFAULT_FIELDS)
+        ),
+        history_log=dict(type="path", default="/var/log/apt/history.log"),
+        proc_version_file=dict(type="path"),
+    )
+    spec.update(PROFILE_ARG_SPEC)
+    module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
+    p = module.params
+    try:
+        profile = resolve_profile(p["vendor"], p["vendor_profile"], p["vendor_profiles"])
+    except ProfileError as e:
+        module.fail_json(msg=str(e))
+    f = Facts(module, profile)
+    vendor = p["vendor"]
+    is_nvidia = os.path.basename(profile["smi_command"]).startswith("nvidia-smi")
+    module_name = p["module_name"] or profile["kernel_modules"][-1]
+    families = list(profile.get("package_families") or [])
+
+    # kernels and modules
+    running = f.running_kernel()
+    installed = f.installed_kernels()
+    boot_kernel = p["boot_kernel"] or kmod_versions.next_boot_kernel(installed) or running
+    modinfo = f.bin("modinfo") or (os.path.exists("/sbin/modinfo") and "/sbin/modinfo") or None
+    on_disk = {}
+    for rel in sorted(set(installed) | {running, boot_kernel}, key=kmod_versions.version_sort_key):
+        on_disk[rel] = f.on_disk_version(modinfo, rel, module_name)
+    proc_file = p["proc_version_file"] or (NVIDIA_PROC_VERSION if is_nvidia else None)
+    loaded, loaded_source = f.loaded_version(module_name, proc_file)
+
+    # smi
+    smi = f.smi(p["smi_query_fields"])
+    if not loaded and smi.get("kmd_version"):
+        loaded, loaded_source = smi["kmd_version"], "smi_kmd"
+
+    # packages
+    dpkg_query = f.bin("dpkg-query")
+    installed_pkgs = {}
+    held = []
+    if dpkg_query:
+        _, out, _ = f.run([dpkg_query, "-W", "-f=${Package}\t${Version}\t${db:Status-Abbrev}\n"])
+        installed_pkgs = apt_state.parse_dpkg_query(out)
+        dpkg = f.bin("dpkg")
+        if dpkg:
+            _, out, _ = f.run([dpkg, "--get-selections"])
+            held = apt_state.held_packages(out)
+    driver_pkg_names = apt_state.match_families(installed_pkgs, families)
+    driver_pkgs = {n: installed_pkgs[n]["version"] for n in driver_pkg_names}
+    kernel_pkgs = [n for n in kmod_versions.kernel_package_names(running) if n in installed_pkgs]
+    meta_pkgs = apt_state.match_families(installed_pkgs, kmod_versions.KERNEL_META_PATTERNS)
+
+    # userspace version: nvidia-smi query > package version > NVML mismatch line (major.minor only; it wins
+    # over a package version it contradicts: the library that runs is what NVML reports, case C1)
+    user_patterns = p["userspace_packages"] or (NVIDIA_USERSPACE_PACKAGES if is_nvidia else None) or [
+        pkg.replace("{branch}", "*").replace("{version}", "*") for pkg in profile.get("packages", [])
+    ]
+    user_pkg = None
+    for pat in user_patterns:
+        names = apt_state.match_families(installed_pkgs, [pat])
+        if names:
+            user_pkg = {"name": names[-1], "version": installed_pkgs[names[-1]]["version"]}
+            break
+    if smi.get("driver_version"):
+        userspace, user_source = smi["driver_version"], "smi"
+    elif user_pkg and (
+        not smi.get("library_version") or smi_parsers.versions_match(user_pkg["version"], smi["library_version"])
+    ):
+        userspace, user_source = user_pkg["version"], "dpkg:%s" % user_pkg["name"]
+    elif smi.get("library_version"):
+        userspace, user_source = smi["library_version"], "nvml_mismatch"
+    else:
+        userspace, user_source = None, None
+
+    device_nodes = sorted(glob.glob(profile["device_glob"])) if profile.get("device_glob") else []
+    device_count = len(smi["devices"]) if smi["status"] in ("ok", "no_devices") else None
+    v = driver_verdict(
+        loaded,
+        on_disk.get(boot_kernel),
+        userspace,
+        boot_kernel=boot_kernel,
+        device_count=device_count,
+        expected=p["expected_version"],
+        smi_status=smi["status"],
+    )
+
+    # OS update state
+    reboot_required = os.path.exists("/var/run/reboot-required")
+    reboot_pkgs = apt_state.parse_reboot_required_pkgs(_read("/var/run/reboot-required.pkgs") or "")
+    config = {}
+    apt_config = f.bin("apt-config")
+    if apt_config:
+        rc, out, _ = f.run([apt_config, "dump"])
+        if rc == 0:
+            config = apt_state.parse_apt_config_dump(out)
+    blacklist = apt_state.apt_list(config, apt_state.BLACKLIST_KEY)
+    periodic = config.get("APT::Periodic::Unattended-Upgrade")
+    uu_installed = "unattended-upgrades" in installed_pkgs or bool(f.bin("unattended-upgrade"))
+    timer_enabled = timer_active = None
+    systemctl = f.bin("systemctl")
+    if systemctl:
+        rc, out, _ = f.run([systemctl, "is-enabled", "apt-daily-upgrade.timer"])
+        timer_enabled = out.strip() or None
+        rc, out, _ = f.run([systemctl, "is-active", "apt-daily-upgrade.timer"])
+        timer_active = out.strip() or None
+    watched = families + list(apt_state.KERNEL_FAMILIES)
+    uu = {
+        "installed": uu_installed,
+        "periodic_value": periodic if isinstance(periodic, str) else None,
+        "periodic_enabled": apt_state.periodic_enabled(periodic if isinstance(periodic, str) else None),
+        "timer_enabled": timer_enabled,
+        "timer_active": timer_active,
+        "blacklist": blacklist,
+        "automatic_reboot": config.get("Unattended-Upgrade::Automatic-Reboot"),
+        "uncovered_families": apt_state.uncovered_families(blacklist, watched),
+    }
+    uu["enabled"] = bool(
+        uu_installed and uu["periodic_enabled"] and (timer_enabled in (None, "enabled", "static", "alias"))
+    )
+    history = apt_state.parse_apt_history(_read_log(p["history_log"]))
+    last_change = apt_state.last_entry_touching(history, watched)
+
+    facts = {
+        "vendor": vendor,
+        "module": module_name,
+        "running_kernel": running,
+        "boot_kernel": boot_kernel,
+        "boot_kernel_source": "param" if p["boot_kernel"] else "newest_installed",
+        "installed_kernels": installed,
+        "kernel_reboot_pending": boot_kernel != running,
+        "loaded_version": loaded,
+        "loaded_source": loaded_source,
+        "on_disk_versions": on_disk,
+        "on_disk_boot_version": on_disk.get(boot_kernel),
+        "module_present_for_boot_kernel": on_disk.get(boot_kernel) is not None,
+        "userspace_version": smi_parsers.normalize_version(userspace),
+        "userspace_version_raw": userspace,
+        "userspace_source": user_source,
+        "userspace_package": user_pkg,
+        "expected_version": smi_parsers.normalize_version(p["expected_version"]),
+        "smi": {
+            k: smi[k] for k in ("command", "available", "rc", "status", "message", "library_version", "kmd_version")
+        },
+        "devices": smi["devices"],
+        "device_count": device_count,
+        "device_nodes": device_nodes,
+        "verdict": v["verdict"],
+        "verdict_reason": v["reason"],
+        "healthy": v["healthy"],
+        "expected_match": v["expected_match"],
+        "reboot_required": reboot_required,
+        "reboot_required_pkgs": reboot_pkgs,
+        "held_packages": held,
+        "installed_driver_packages": driver_pkgs,
+        "booted_kernel_packages": kernel_pkgs,
+        "kernel_meta_packages": meta_pkgs,
+        "package_families": families,
+        "unattended_upgrades": uu,
+        "last_driver_package_change": last_change,
+    }
+    module.exit_json(changed=False, ansible_facts={"npu_driver": facts}, **facts)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,184 @@
+"""Fixtures for tests against the lab cluster (tests/lab, `make lab-up`).
+
+Lab tests (marker `lab`) skip when the lab is not reachable, or FAIL when NPUOPS_REQUIRE_LAB=1
+(CI / `make test`: a missing lab must not pass silently)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+LAB = REPO / "tests" / "lab"
+sys.path.insert(0, str(LAB))  # `from lablib import nodes`
+
+LAB_DIR = Path(os.environ.get("NPUOPS_LAB_DIR", "/tmp/npuops-lab"))
+NAMESPACE = "gpu-drv"
+
+
+def _kubeconfig_path():
+    return os.environ.get("KUBECONFIG") or str(LAB_DIR / "kubeconfig")
+
+
+@pytest.fixture(scope="session")
+def lab_kubeconfig():
+    """Path of the admin kubeconfig of a reachable lab; skip/fail otherwise."""
+    path = _kubeconfig_path()
+    why = None
+    try:
+        from kubernetes import client, config
+
+        api = config.new_client_from_config(config_file=path)
+        client.VersionApi(api).get_code(_request_timeout=5)
+        api.close()
+    except Exception as e:  # noqa: BLE001 - any failure means "no lab"
+        why = f"lab not reachable via {path}: {type(e).__name__}: {str(e)[:200]} (run `make lab-up`)"
+    if why:
+        if os.environ.get("NPUOPS_REQUIRE_LAB") == "1":
+            pytest.fail(why, pytrace=False)
+        pytest.skip(why)
+    return path
+
+
+@pytest.fixture(scope="session")
+def api_client(lab_kubeconfig):
+    from kubernetes import config
+
+    api = config.new_client_from_config(config_file=lab_kubeconfig)
+    yield api
+    api.close()
+
+
+@pytest.fixture(scope="session")
+def core_v1(api_client):
+    from kubernetes import client
+
+    return client.CoreV1Api(api_client)
+
+
+@pytest.fixture(scope="session")
+def apps_v1(api_client):
+    from kubernetes import client
+
+    return client.AppsV1Api(api_client)
+
+
+@pytest.fixture(scope="session")
+def policy_v1(api_client):
+    from kubernetes import client
+
+    return client.PolicyV1Api(api_client)
+
+
+@pytest.fixture(scope="session")
+def rbac_v1(api_client):
+    from kubernetes import client
+
+    return client.RbacAuthorizationV1Api(api_client)
+
+
+@pytest.fixture(scope="session")
+def lab_scenario():
+    """The scenario the running lab was started with (falls back to the repo default)."""
+    p = LAB_DIR / "scenario.yaml"
+    return yaml.safe_load((p if p.exists() else LAB / "scenario.yaml").read_text())
+
+
+@pytest.fixture(scope="session")
+def kubectl_bin():
+    """The kubectl built for the lab's release (the machine's may be older), else PATH's."""
+    try:
+        return json.loads((LAB_DIR / "bins.json").read_text())["kubectl"]
+    except (OSError, ValueError, KeyError):
+        return shutil.which("kubectl") or "kubectl"
+
+
+@pytest.fixture(scope="session")
+def kubectl(lab_kubeconfig, kubectl_bin):
+    """kubectl(*args, kubeconfig=None, check=True) -> CompletedProcess (text, captured)."""
+
+    def run(*args, kubeconfig=None, check=True, timeout=120):
+        cmd = [kubectl_bin, f"--kubeconfig={kubeconfig or lab_kubeconfig}", *map(str, args)]
+        return subprocess.run(cmd, capture_output=True, text=True, check=check, timeout=timeout)
+
+    return run
+
+
+def _sa_kubeconfig(api_client, name, namespace, token):
+    c = api_client.configuration
+    cfg = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": name,
+        "clusters": [
+            {"name": "lab", "cluster": {"server": c.host, "certificate-authority-data": _ca_data(c)}}
+        ],
+        "users": [{"name": name, "user": {"token": token}}],
+        "contexts": [{"name": name, "context": {"cluster": "lab", "user": name, "namespace": namespace}}],
+    }
+    return cfg
+
+
+def _ca_data(c):
+    import base64
+
+    return base64.b64encode(Path(c.ssl_ca_cert).read_bytes()).decode()
+
+
+@pytest.fixture
+def sa_kubeconfig(api_client, core_v1, rbac_v1, tmp_path):
+    """Factory: kubeconfig (path) for a fresh ServiceAccount bound to a ClusterRole.
+
+    sa_kubeconfig(cluster_role="npuops-fleet")                       # bind an existing role
+    sa_kubeconfig(rules=[{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}])
+    Creates SA in `namespace` (default gpu-drv), a ClusterRoleBinding (and the ClusterRole when
+    `rules` is given), and a 1 h token from the TokenRequest API; all removed at teardown."""
+    from kubernetes import client
+
+    made = []
+
+    def make(cluster_role=None, rules=None, namespace=NAMESPACE):
+        sfx = uuid.uuid4().hex[:6]
+        sa = f"lab-sa-{sfx}"
+        if rules is not None:
+            cluster_role = cluster_role or f"lab-role-{sfx}"
+            rbac_v1.create_cluster_role({"metadata": {"name": cluster_role}, "rules": rules})
+            made.append(("role", cluster_role))
+        core_v1.create_namespaced_service_account(namespace, {"metadata": {"name": sa}})
+        made.append(("sa", (namespace, sa)))
+        rbac_v1.create_cluster_role_binding(
+            {
+                "metadata": {"name": sa},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
+                "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": namespace}],
+            }
+        )
+        made.append(("crb", sa))
+        tr = core_v1.create_namespaced_service_account_token(
+            sa, namespace, client.AuthenticationV1TokenRequest(spec={"expirationSeconds": 3600})
+        )
+        path = tmp_path / f"{sa}.kubeconfig"
+        path.write_text(yaml.safe_dump(_sa_kubeconfig(api_client, sa, namespace, tr.status.token)))
+        path.chmod(0o600)
+        return str(path)
+
+    yield make
+    for kind, what in reversed(made):
+        try:
+            if kind == "role":
+                rbac_v1.delete_cluster_role(what)
+            elif kind == "crb":
+                rbac_v1.delete_cluster_role_binding(what)
+            else:
+                core_v1.delete_namespaced_service_account(what[1], what[0])
+        except client.ApiException as e:
+            if e.status != 404:
+                raise

@@ -1,0 +1,505 @@
+#!/usr/bin/env python3
+"""Lab part 2: systemd GPU/NPU hosts in podman behind the lab's Nodes.
+
+  hostctl build            build (or reuse) the host image and the apt repository
+  hostctl up               build if needed, start + provision the scenario's hosts, start the agent
+  hostctl down             stop the agent, remove the hosts' containers and state
+  hostctl status           hosts, booted kernel, loaded driver, agent
+  hostctl spawn NAME [--accelerator nvidia|rbln|none] [--devices N] [--os 22.04|24.04]
+                           [--kernel R] [--driver V]   scratch host (no Node) for tests
+  hostctl rm NAME          remove one host (scratch or scenario)
+  hostctl provision NAME   (re)install the scenario's kernel + driver on a host and reboot it
+  hostctl wait-boot NAME [--after MARKER] [--timeout S]   wait until the host has booted
+
+Environment: NPUOPS_LAB_DIR (state, default /tmp/npuops-lab), KUBECONFIG (for the node agent),
+NPUOPS_LAB_CACHE (default ~/.cache/npuops-lab), NPUOPS_LAB_SCENARIO (default tests/lab/scenario.yaml).
+"""
+import argparse
+import concurrent.futures
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+os.environ.setdefault("CONTAINERS_CONF", os.path.join(HERE, "containers.conf"))
+STATE = os.environ.get("NPUOPS_LAB_DIR", "/tmp/npuops-lab")
+CACHE = os.environ.get("NPUOPS_LAB_CACHE", os.path.expanduser("~/.cache/npuops-lab"))
+SCENARIO = os.environ.get("NPUOPS_LAB_SCENARIO", os.path.join(ROOT, "tests", "lab", "scenario.yaml"))
+HOSTS_DIR = os.path.join(STATE, "hosts")
+PREFIX = "npuops-"
+IMAGE = "localhost/npuops-lab-host"
+MIRROR = "http://deb.debian.org/debian"
+BASE_PACKAGES = ["systemd", "systemd-sysv", "dbus", "python3", "apt", "apt-utils",
+                 "unattended-upgrades", "kmod", "psmisc", "procps"]
+KMOD_TOOLS = ["/sbin/modprobe", "/sbin/rmmod", "/sbin/insmod", "/sbin/lsmod", "/sbin/depmod",
+              "/sbin/modinfo", "/bin/lsmod"]
+OS = {  # VERSION_ID -> (codename, VERSION, PRETTY_NAME default)
+    "22.04": ("jammy", "22.04.4 LTS (Jammy Jellyfish)", "Ubuntu 22.04.4 LTS"),
+    "24.04": ("noble", "24.04.1 LTS (Noble Numbat)", "Ubuntu 24.04.1 LTS"),
+}
+DEFAULT_HOSTS = {
+    "lab-node-0": {"accelerator": "nvidia", "devices": 8, "os": "22.04",
+                   "kernel": "5.15.0-119-generic", "driver": "550.90.07"},
+    "lab-node-1": {"accelerator": "nvidia", "devices": 8, "os": "22.04",
+                   "kernel": "5.15.0-107-generic", "driver": "535.183.06"},
+    "lab-node-2": {"accelerator": "nvidia", "devices": 8, "os": "24.04",
+                   "kernel": "6.8.0-45-generic", "driver": "550.90.07"},
+    "lab-npu-0": {"accelerator": "rbln", "devices": 4, "os": "22.04",
+                  "kernel": "6.8.0-90-generic", "driver": "2.4.0"},
+}
+
+
+def log(msg):
+    sys.stderr.write("[hostctl %s] %s\n" % (time.strftime("%H:%M:%S"), msg))
+    sys.stderr.flush()
+
+
+def run(cmd, check=True, capture=False, input=None, quiet=False):
+    r = subprocess.run(cmd, input=input, text=True,
+                       stdout=subprocess.PIPE if capture or quiet else None,
+                       stderr=subprocess.PIPE if quiet else None)
+    if check and r.returncode != 0:
+        raise RuntimeError("command failed (%d): %s\n%s" % (
+            r.returncode, " ".join(cmd), (r.stderr or "") if quiet else ""))
+    return r
+
+
+def podman(*args, **kw):
+    return run(["podman"] + list(args), **kw)
+
+
+# ------------------------------------------------------------------ build (cached)
+def tree_hash(paths, extra=""):
+    h = hashlib.sha256(extra.encode())
+    for base in paths:
+        if os.path.isfile(base):
+            h.update(base.encode())
+            h.update(open(base, "rb").read())
+            continue
+        for dirpath, dirnames, filenames in os.walk(base):
+            dirnames.sort()
+            for fn in sorted(filenames):
+                p = os.path.join(dirpath, fn)
+                h.update(os.path.relpath(p, base).encode())
+                h.update(str(os.stat(p).st_mode & 0o777).encode())
+                if os.path.islink(p):
+                    h.update(os.readlink(p).encode())
+                else:
+                    h.update(open(p, "rb").read())
+    return h.hexdigest()[:16]
+
+
+def build_rootfs():
+    key = hashlib.sha256(("bookworm minbase " + ",".join(BASE_PACKAGES) + MIRROR).encode()).hexdigest()[:16]
+    out = os.path.join(CACHE, "rootfs-" + key)
+    if os.path.isfile(os.path.join(out, ".complete")):
+        return out
+    log("debootstrap bookworm -> %s (cold build, ~1-2 min)" % out)
+    tmp = out + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(CACHE, exist_ok=True)
+    run(["debootstrap", "--variant=minbase", "--include=" + ",".join(BASE_PACKAGES),
+         "bookworm", tmp, MIRROR], quiet=True)
+    open(os.path.join(tmp, ".complete"), "w").close()
+    shutil.rmtree(out, ignore_errors=True)
+    os.rename(tmp, out)
+    return out
+
+
+def image_tag():
+    return tree_hash([os.path.join(HERE, "image"), __file__], ",".join(BASE_PACKAGES))
+
+
+def build_image():
+    tag = image_tag()
+    ref = "%s:%s" % (IMAGE, tag)
+    if podman("image", "exists", ref, check=False).returncode == 0:
+        return ref
+    rootfs = build_rootfs()
+    t0 = time.time()
+    work = os.path.join(CACHE, "work-" + tag)
+    shutil.rmtree(work, ignore_errors=True)
+    run(["cp", "-a", rootfs, work])
+    try:
+        os.unlink(os.path.join(work, ".complete"))
+        run(["cp", "-a", os.path.join(HERE, "image", "overlay") + "/.", work])
+        lib = os.path.join(work, "usr/local/lib/npuops-lab")
+        run(["gcc", "-O2", "-shared", "-fPIC", "-o", os.path.join(lib, "uname_shim.so"),
+             os.path.join(HERE, "image", "uname_shim.c"), "-ldl"])
+        script = """set -e
+for t in %s; do
+  dpkg-divert --local --rename --divert $t.kmod-real --add $t >/dev/null
+  ln -sf /usr/local/lib/npuops-lab/kmodsim.py $t
+done
+echo /usr/local/lib/npuops-lab/uname_shim.so > /etc/ld.so.preload
+rm -f /etc/apt/sources.list
+mkdir -p /srv/npuops-lab-repo /var/lib/npuops-lab/host
+systemctl enable npuops-lab-boot.service >/dev/null 2>&1
+# the lab runs unattended-upgrade explicitly; the periodic timers stay off so tests are deterministic
+systemctl disable apt-daily.timer apt-daily-upgrade.timer >/dev/null 2>&1 || true
+systemctl mask getty@tty1.service console-getty.service systemd-logind.service >/dev/null 2>&1 || true
+systemctl set-default multi-user.target >/dev/null 2>&1
+: > /etc/machine-id
+rm -rf /var/cache/apt/*.bin /var/lib/apt/lists/*
+""" % " ".join(KMOD_TOOLS)
+        run(["chroot", work, "/bin/sh", "-c", script])
+        log("importing image %s" % ref)
+        tar = subprocess.Popen(["tar", "--numeric-owner", "--xattrs", "-C", work, "-c", "."],
+                               stdout=subprocess.PIPE)
+        imp = subprocess.run(["podman", "import", "--change", "CMD=/sbin/init", "--change",
+                              "STOPSIGNAL=SIGRTMIN+3", "-", ref], stdin=tar.stdout,
+                             stdout=subprocess.DEVNULL)
+        tar.stdout.close()
+        tar.wait()
+        if imp.returncode != 0 or tar.returncode != 0:
+            raise RuntimeError("podman import failed")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    podman("tag", ref, IMAGE + ":latest", check=False)
+    log("image %s built in %.0fs" % (ref, time.time() - t0))
+    return ref
+
+
+def build_repo():
+    key = tree_hash([os.path.join(HERE, "repo")])
+    out = os.path.join(CACHE, "repo-" + key)
+    if not os.path.isdir(out):
+        log("building apt repository -> %s" % out)
+        run([sys.executable, os.path.join(HERE, "repo", "build_repo.py"), out])
+    return out
+
+
+# ------------------------------------------------------------------ scenario
+def scenario_hosts():
+    """{name: host spec} for scenario nodes that have a host: block (and are not join nodes)."""
+    try:
+        import yaml
+        with open(SCENARIO) as f:
+            sc = yaml.safe_load(f) or {}
+    except (OSError, ImportError):
+        sc = {}
+    hosts = {}
+    nodes = sc.get("nodes") or []
+    for n in nodes:
+        h = n.get("host")
+        if not h or n.get("join"):
+            continue
+        spec = dict(h)
+        spec.setdefault("os_image", (n.get("nodeInfo") or {}).get("osImage"))
+        hosts[n["name"]] = spec
+    if not nodes:
+        hosts = {k: dict(v) for k, v in DEFAULT_HOSTS.items()}
+    return hosts
+
+
+def packages_for(spec):
+    pk = []
+    if spec.get("kernel"):
+        pk += ["linux-image-" + spec["kernel"]]
+    v = spec.get("driver")
+    if v and spec.get("accelerator") == "nvidia":
+        full = v + "-0ubuntu1"
+        b = v.split(".")[0]
+        pk += ["%s=%s" % (p, full) for p in (
+            "nvidia-driver-%s-server-open" % b, "nvidia-dkms-%s-server-open" % b,
+            "nvidia-utils-%s-server" % b, "libnvidia-compute-%s-server" % b,
+            "libnvidia-common-%s-server" % b)]
+    elif v and spec.get("accelerator") == "rbln":
+        pk += ["rbln-driver=%s-1" % v]
+    return pk
+
+
+# ------------------------------------------------------------------ hosts
+def cname(name):
+    return PREFIX + name
+
+
+def hostdir(name):
+    return os.path.join(HOSTS_DIR, name)
+
+
+def os_release(spec):
+    vid = str(spec.get("os", "22.04"))
+    code, ver, pretty = OS.get(vid, OS["22.04"])
+    pretty = spec.get("os_image") or pretty
+    return ('PRETTY_NAME="%s"\nNAME="Ubuntu"\nVERSION_ID="%s"\nVERSION="%s"\n'
+            'VERSION_CODENAME=%s\nID=ubuntu\nID_LIKE=debian\nHOME_URL="https://www.ubuntu.com/"\n'
+            'UBUNTU_CODENAME=%s\n# npuops lab: simulated OS identity (the userland is Debian bookworm)\n'
+            % (pretty, vid, ver, code, code)), code
+
+
+def create_host(name, spec, image, repo):
+    d = hostdir(name)
+    if os.path.isdir(d):
+        shutil.rmtree(d)
+    os.makedirs(os.path.join(d, "sysmodule"))
+    acc = spec.get("accelerator", "none")
+    with open(os.path.join(d, "hw.conf"), "w") as f:
+        f.write("ACCEL=%s\nDEVICES=%d\n" % (acc, int(spec.get("devices", 0 if acc == "none" else 2))))
+        if spec.get("gpu_name"):
+            f.write('GPU_NAME="%s"\n' % spec["gpu_name"])
+        if spec.get("npu_name"):
+            f.write('NPU_NAME="%s"\n' % spec["npu_name"])
+    osr, code = os_release(spec)
+    with open(os.path.join(d, "os-release"), "w") as f:
+        f.write(osr)
+    with open(os.path.join(d, "spec.json"), "w") as f:
+        json.dump(spec, f)
+    podman("rm", "-f", "-v", cname(name), check=False, quiet=True)
+    podman("run", "-d", "--name", cname(name), "--hostname", name,
+           "--systemd=always", "--restart=always", "--network=none",
+           "--label", "npuops-lab-host=" + name,
+           "-v", "%s:/var/lib/npuops-lab/host" % d,
+           "-v", "%s:/sys/module" % os.path.join(d, "sysmodule"),
+           "-v", "%s:/srv/npuops-lab-repo:ro" % repo,
+           image, "/sbin/init", quiet=True)
+    wait_boot(name, timeout=60)
+    # simulated OS identity + the lab apt source for that codename
+    hexec(name, "rm -f /etc/os-release && cp /var/lib/npuops-lab/host/os-release /etc/os-release && "
+          "echo 'deb [trusted=yes] file:/srv/npuops-lab-repo %s main' "
+          "> /etc/apt/sources.list.d/npuops-lab.list" % code)
+
+
+def hexec(name, script, check=True, capture=True):
+    r = podman("exec", cname(name), "/bin/sh", "-c", script, check=False, capture=capture)
+    if check and r.returncode != 0:
+        raise RuntimeError("%s: `%s` failed (%d): %s" % (name, script, r.returncode,
+                                                         (r.stdout or "")[-2000:]))
+    return r
+
+
+def boot_marker(name):
+    try:
+        with open(os.path.join(hostdir(name), "ready")) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def wait_boot(name, after=None, timeout=90):
+    """Wait until the host has booted (ready marker written, != after) and systemd is up."""
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        m = boot_marker(name)
+        if m and m != after:
+            r = podman("exec", cname(name), "systemctl", "is-system-running", "--wait",
+                       check=False, capture=True, quiet=True)
+            if r.returncode == 0 or (r.stdout or "").strip() in ("running", "degraded"):
+                return m
+        time.sleep(0.5)
+    raise TimeoutError("host %s did not boot within %ss" % (name, timeout))
+
+
+def reboot(name, timeout=90):
+    before = boot_marker(name)
+    podman("exec", cname(name), "systemctl", "reboot", check=False, quiet=True)
+    return wait_boot(name, after=before, timeout=timeout)
+
+
+def provision(name, spec):
+    pk = packages_for(spec)
+    if pk:
+        hexec(name, "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
+              "--no-install-recommends %s >/var/log/npuops-lab-provision.log 2>&1 || "
+              "{ tail -30 /var/log/npuops-lab-provision.log; exit 1; }" % " ".join(pk))
+        hexec(name, "rm -f /var/run/reboot-required /var/run/reboot-required.pkgs "
+              "/var/log/apt/history.log /var/log/apt/term.log")
+    reboot(name)
+    open(os.path.join(hostdir(name), "provisioned"), "w").write(json.dumps(spec))
+
+
+def container_running(name):
+    r = podman("container", "inspect", "-f", "{{.State.Running}}", cname(name), check=False,
+               capture=True, quiet=True)
+    return r.returncode == 0 and r.stdout.strip() == "true"
+
+
+def start_host(name, spec, image, repo):
+    d = hostdir(name)
+    try:
+        prov = json.load(open(os.path.join(d, "provisioned")))
+    except (OSError, ValueError):
+        prov = None
+    if prov == spec and container_running(name):
+        log("%s: already up" % name)
+        return
+    t0 = time.time()
+    create_host(name, spec, image, repo)
+    provision(name, spec)
+    log("%s: up (kernel %s, driver %s) in %.0fs" % (name, spec.get("kernel"), spec.get("driver"),
+                                                     time.time() - t0))
+
+
+# ------------------------------------------------------------------ agent
+def agent_pidfile():
+    return os.path.join(STATE, "nodeagent.pid")
+
+
+def agent_pid():
+    try:
+        pid = int(open(agent_pidfile()).read().strip())
+        os.kill(pid, 0)
+        return pid
+    except (OSError, ValueError):
+        return None
+
+
+def start_agent(hosts):
+    if agent_pid():
+        return
+    kc = os.environ.get("KUBECONFIG") or os.path.join(STATE, "kubeconfig")
+    if not os.path.exists(kc):
+        log("no kubeconfig (%s): node agent not started" % kc)
+        return
+    env = dict(os.environ, KUBECONFIG=kc, NPUOPS_LAB_DIR=STATE)
+    logf = open(os.path.join(STATE, "nodeagent.log"), "a")
+    p = subprocess.Popen([sys.executable, os.path.join(HERE, "nodeagent.py")] + sorted(hosts),
+                         env=env, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+    with open(agent_pidfile(), "w") as f:
+        f.write(str(p.pid))
+    log("node agent started (pid %d, log %s)" % (p.pid, logf.name))
+
+
+def stop_agent():
+    pid = agent_pid()
+    if pid:
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(50):
+            try:
+                os.kill(pid, 0)
+            except OSError:
+                break
+            time.sleep(0.1)
+    try:
+        os.unlink(agent_pidfile())
+    except OSError:
+        pass
+
+
+# ------------------------------------------------------------------ commands
+def cmd_build(a):
+    t0 = time.time()
+    img, repo = build_image(), build_repo()
+    print("image %s\nrepo %s\n(%.0fs)" % (img, repo, time.time() - t0))
+
+
+def cmd_up(a):
+    t0 = time.time()
+    os.makedirs(HOSTS_DIR, exist_ok=True)
+    hosts = scenario_hosts()
+    if os.environ.get("NPUOPS_LAB_HOSTS", "1") == "0" or not hosts:
+        log("no hosts to start")
+        return
+    img, repo = build_image(), build_repo()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(hosts)) as ex:
+        futs = {ex.submit(start_host, n, s, img, repo): n for n, s in hosts.items()}
+        errors = []
+        for f in concurrent.futures.as_completed(futs):
+            try:
+                f.result()
+            except Exception as e:  # noqa: BLE001
+                errors.append("%s: %s" % (futs[f], e))
+    if errors:
+        raise SystemExit("hostctl up failed:\n" + "\n".join(errors))
+    start_agent(hosts)
+    log("%d hosts up in %.0fs" % (len(hosts), time.time() - t0))
+
+
+def all_lab_containers():
+    r = podman("ps", "-a", "--filter", "label=npuops-lab-host", "--format", "{{.Names}}",
+               check=False, capture=True, quiet=True)
+    return [x for x in (r.stdout or "").split() if x]
+
+
+def cmd_down(a):
+    stop_agent()
+    for c in all_lab_containers():
+        podman("rm", "-f", "-v", "-t", "5", c, check=False, quiet=True)
+    shutil.rmtree(HOSTS_DIR, ignore_errors=True)
+    log("hosts removed")
+
+
+def cmd_status(a):
+    names = [c[len(PREFIX):] for c in all_lab_containers()]
+    print("agent: %s" % ("running (pid %d)" % agent_pid() if agent_pid() else "stopped"))
+    for n in sorted(names):
+        d = hostdir(n)
+        kern = (open(os.path.join(d, "kernel-release")).read().strip()
+                if os.path.exists(os.path.join(d, "kernel-release")) else "-")
+        mods = []
+        for m in ("nvidia", "rebellions"):
+            p = os.path.join(d, "sysmodule", m, "version")
+            if os.path.exists(p):
+                mods.append("%s %s" % (m, open(p).read().strip()))
+        print("%-14s %-8s boot=%-10s kernel=%-22s loaded=%s" % (
+            n, "running" if container_running(n) else "down", boot_marker(n) or "-", kern,
+            ", ".join(mods) or "-"))
+
+
+def cmd_spawn(a):
+    spec = {"accelerator": a.accelerator, "devices": a.devices, "os": a.os}
+    if a.kernel:
+        spec["kernel"] = a.kernel
+    if a.driver:
+        spec["driver"] = a.driver
+    img, repo = build_image(), build_repo()
+    os.makedirs(HOSTS_DIR, exist_ok=True)
+    create_host(a.name, spec, img, repo)
+    if a.kernel or a.driver:
+        provision(a.name, spec)
+    print(cname(a.name))
+
+
+def cmd_rm(a):
+    podman("rm", "-f", "-v", "-t", "5", cname(a.name), check=False, quiet=True)
+    shutil.rmtree(hostdir(a.name), ignore_errors=True)
+
+
+def cmd_provision(a):
+    spec = scenario_hosts().get(a.name) or json.load(open(os.path.join(hostdir(a.name), "spec.json")))
+    provision(a.name, spec)
+
+
+def cmd_wait_boot(a):
+    print(wait_boot(a.name, after=a.after, timeout=a.timeout))
+
+
+def main():
+    p = argparse.ArgumentParser(prog="hostctl", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("build").set_defaults(fn=cmd_build)
+    sub.add_parser("up").set_defaults(fn=cmd_up)
+    sub.add_parser("down").set_defaults(fn=cmd_down)
+    sub.add_parser("status").set_defaults(fn=cmd_status)
+    s = sub.add_parser("spawn")
+    s.add_argument("name")
+    s.add_argument("--accelerator", default="nvidia", choices=["nvidia", "rbln", "none"])
+    s.add_argument("--devices", type=int, default=2)
+    s.add_argument("--os", default="22.04", choices=sorted(OS))
+    s.add_argument("--kernel")
+    s.add_argument("--driver")
+    s.set_defaults(fn=cmd_spawn)
+    s = sub.add_parser("rm")
+    s.add_argument("name")
+    s.set_defaults(fn=cmd_rm)
+    s = sub.add_parser("provision")
+    s.add_argument("name")
+    s.set_defaults(fn=cmd_provision)
+    s = sub.add_parser("wait-boot")
+    s.add_argument("name")
+    s.add_argument("--after")
+    s.add_argument("--timeout", type=float, default=90)
+    s.set_defaults(fn=cmd_wait_boot)
+    a = p.parse_args()
+    a.fn(a)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+#!/bin/sh
+# npuops lab simulated boot: pick the booted kernel (newest installed linux-image), reset
+# /sys/module (a per-host bind mount), create the accelerator device files, load the driver
+# modules on disk for the booted kernel (as udev/init would), publish state for the node agent.
+HOSTDIR=/var/lib/npuops-lab/host
+ACCEL=none; DEVICES=0
+[ -r $HOSTDIR/hw.conf ] && . $HOSTDIR/hw.conf
+case "$1" in
+start)
+    mkdir -p /run/npuops-lab
+    rel=$(ls /boot 2>/dev/null | sed -n 's/^vmlinuz-//p' | sort -V | tail -n 1)
+    [ -n "$rel" ] && echo "$rel" > /run/npuops-lab/kernel-release
+    # a reboot forgets every loaded module
+    find /sys/module -mindepth 1 -delete 2>/dev/null || true
+    i=0
+    case "$ACCEL" in
+    nvidia)
+        while [ $i -lt "$DEVICES" ]; do : > /dev/nvidia$i; i=$((i+1)); done
+        : > /dev/nvidiactl; : > /dev/nvidia-uvm; : > /dev/nvidia-uvm-tools; : > /dev/nvidia-modeset
+        modprobe -q nvidia && modprobe -q nvidia_modeset && modprobe -q nvidia_drm
+        modprobe -q nvidia_uvm
+        ;;
+    rbln)
+        while [ $i -lt "$DEVICES" ]; do : > /dev/rbln$i; i=$((i+1)); done
+        modprobe -q rebellions
+        ;;
+    esac
+    chmod 666 /dev/nvidia* /dev/rbln* 2>/dev/null
+    # boot marker = PID 1 start time (clock ticks since host boot): changes on every boot
+    marker=$(cut -d' ' -f22 /proc/1/stat)
+    if [ -d $HOSTDIR ]; then
+        printf '%s\n' "${rel:-$(uname -r)}" > $HOSTDIR/kernel-release.tmp && mv $HOSTDIR/kernel-release.tmp $HOSTDIR/kernel-release
+        printf '%s\n' "$marker" > $HOSTDIR/ready.tmp && mv $HOSTDIR/ready.tmp $HOSTDIR/ready
+    fi
+    ;;
+stop)
+    rm -f $HOSTDIR/ready
+    ;;
+esac
+exit 0

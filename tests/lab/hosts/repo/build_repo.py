@@ -1,0 +1,314 @@
+#!/usr/bin/env python3
+"""Build the lab's local apt repository (simulated kernels and accelerator drivers) with dpkg-deb.
+
+Usage: build_repo.py OUTDIR
+
+Layout: OUTDIR/pool/*.deb, OUTDIR/dists/{jammy,noble}/main/binary-amd64/Packages(.gz),
+OUTDIR/dists/<suite>/Release (Origin/Label NpuopsLab). Hosts use
+`deb [trusted=yes] file:/srv/npuops-lab-repo <codename> main`.
+Both suites carry every driver and every kernel image; the kernel meta packages follow Ubuntu:
+jammy: linux-generic -> 5.15 and linux-generic-hwe-22.04 -> 6.8; noble: linux-generic -> 6.8.
+"""
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FILES = os.path.join(HERE, "files")
+
+NVIDIA = ["535.183.06", "550.90.07", "580.126.09", "580.159.03"]
+RBLN = ["2.4.0", "3.0.0"]
+KERNELS = {  # release -> suite whose linux-generic follows it
+    "5.15.0-107-generic": "jammy", "5.15.0-119-generic": "jammy",
+    "5.15.0-177-generic": "jammy", "5.15.0-179-generic": "jammy",
+    "6.8.0-45-generic": "noble", "6.8.0-52-generic": "noble", "6.8.0-90-generic": "noble",
+}
+# kernels whose post-install does NOT refresh the module index (ships a stale modules.dep.bin):
+# reproduces the kube-proxy/ip_vs incident (cases C7)
+STALE_INDEX_KERNELS = {"5.15.0-179-generic"}
+
+# simulated in-tree modules: relpath -> depends
+KMODS = {
+    "kernel/lib/libcrc32c.ko": "",
+    "kernel/net/ipv4/netfilter/nf_defrag_ipv4.ko": "",
+    "kernel/net/ipv6/netfilter/nf_defrag_ipv6.ko": "",
+    "kernel/net/netfilter/nf_conntrack.ko": "nf_defrag_ipv6,nf_defrag_ipv4,libcrc32c",
+    "kernel/net/netfilter/nf_nat.ko": "nf_conntrack,libcrc32c",
+    "kernel/net/netfilter/ipvs/ip_vs.ko": "nf_conntrack,nf_defrag_ipv6,libcrc32c",
+    "kernel/net/netfilter/ipvs/ip_vs_rr.ko": "ip_vs",
+    "kernel/net/netfilter/ipvs/ip_vs_wrr.ko": "ip_vs",
+    "kernel/net/netfilter/ipvs/ip_vs_sh.ko": "ip_vs",
+    "kernel/net/802/stp.ko": "llc",
+    "kernel/net/802/llc.ko": "",
+    "kernel/net/bridge/bridge.ko": "stp,llc",
+    "kernel/net/bridge/br_netfilter.ko": "bridge",
+    "kernel/fs/overlayfs/overlay.ko": "",
+    "kernel/drivers/net/vxlan/vxlan.ko": "",
+}
+# modules still in the stale index of STALE_INDEX_KERNELS (the netfilter/ipvs entries are missing)
+STALE_KEEP = {"libcrc32c", "llc", "stp", "bridge", "br_netfilter", "overlay", "vxlan"}
+
+
+def kver(rel):
+    base, abi, _ = rel.split("-")
+    return "%s-%s.%d" % (base, abi, int(abi) + 10)
+
+
+def meta_ver(rel):
+    base, abi, _ = rel.split("-")
+    return "%s.%s.%d" % (base, abi, int(abi) - 16)
+
+
+class Deb:
+    def __init__(self, name, version, arch="amd64", depends="", provides="", conflicts="",
+                 replaces="", section="misc", description="", priority="optional"):
+        self.ctl = {"Package": name, "Version": version, "Architecture": arch,
+                    "Maintainer": "npuops lab <lab@npuops.invalid>", "Section": section,
+                    "Priority": priority}
+        for k, v in (("Depends", depends), ("Provides", provides), ("Conflicts", conflicts),
+                     ("Replaces", replaces)):
+            if v:
+                self.ctl[k] = v
+        self.ctl["Description"] = (description or name) + "\n npuops lab simulated package."
+        self.files = {}   # path -> (content, mode)
+        self.links = {}   # path -> target
+        self.scripts = {}
+
+    def add(self, path, content, mode=0o644):
+        self.files[path] = (content, mode)
+
+    def build(self, pool):
+        with tempfile.TemporaryDirectory() as d:
+            os.makedirs(os.path.join(d, "DEBIAN"))
+            for path, (content, mode) in self.files.items():
+                full = os.path.join(d, path.lstrip("/"))
+                os.makedirs(os.path.dirname(full), exist_ok=True)
+                with open(full, "w") as f:
+                    f.write(content)
+                os.chmod(full, mode)
+            for path, target in self.links.items():
+                full = os.path.join(d, path.lstrip("/"))
+                os.makedirs(os.path.dirname(full), exist_ok=True)
+                os.symlink(target, full)
+            with open(os.path.join(d, "DEBIAN", "control"), "w") as f:
+                for k, v in self.ctl.items():
+                    f.write("%s: %s\n" % (k, v))
+            for name, body in self.scripts.items():
+                p = os.path.join(d, "DEBIAN", name)
+                with open(p, "w") as f:
+                    f.write("#!/bin/sh\nset -e\n" + body)
+                os.chmod(p, 0o755)
+            out = os.path.join(pool, "%s_%s_%s.deb" % (self.ctl["Package"],
+                                                      self.ctl["Version"].split(":")[-1],
+                                                      self.ctl["Architecture"]))
+            subprocess.check_call(["dpkg-deb", "--root-owner-group", "-Zgzip", "-z1", "--build",
+                                   d, out], stdout=subprocess.DEVNULL)
+            return out
+
+
+def modfile(name, version, rel, depends, desc):
+    return ("name=%s\nversion=%s\nvermagic=%s SMP mod_unload modversions\ndepends=%s\n"
+            "license=GPL\ndescription=%s\n" % (name, version, rel, depends, desc))
+
+
+def meta_debs(rel, suffix=""):
+    v, mv = kver(rel), meta_ver(rel)
+    return [Deb("linux-image-generic" + suffix, mv, depends="linux-image-%s (= %s)" % (rel, v),
+                section="kernel", description="Generic Linux kernel image"),
+            Deb("linux-generic" + suffix, mv, depends="linux-image-generic%s (= %s)" % (suffix, mv),
+                section="kernel", description="Complete Generic Linux kernel and headers")]
+
+
+def kernel_debs(rel):
+    v = kver(rel)
+    debs = []
+    mods = Deb("linux-modules-" + rel, v, section="kernel",
+               description="Linux kernel extra modules for version %s" % rel)
+    names = {}
+    for relpath, deps in KMODS.items():
+        n = os.path.basename(relpath)[:-3]
+        names[n] = relpath
+        mods.add("/lib/modules/%s/%s" % (rel, relpath), modfile(n, "", rel, deps, n))
+    mods.add("/lib/modules/%s/modules.order" % rel, "".join(p + "\n" for p in KMODS))
+    mods.add("/lib/modules/%s/modules.builtin" % rel, "kernel/drivers/block/loop.ko\n")
+    if rel in STALE_INDEX_KERNELS:
+        # modules.dep is complete, modules.dep.bin is left over from an older index (no netfilter)
+        def closure(n, seen):
+            out = []
+            for d in filter(None, KMODS[names[n]].split(",")):
+                if d not in seen:
+                    seen.add(d)
+                    out.append(names[d])
+                    out += closure(d, seen)
+            return out
+        dep_lines, index = [], {}
+        for n, p in names.items():
+            deps = closure(n, set())
+            dep_lines.append("%s:%s\n" % (p, "".join(" " + x for x in deps)))
+            if n in STALE_KEEP:
+                index[n] = {"path": p, "deps": deps}
+        mods.add("/lib/modules/%s/modules.dep" % rel, "".join(sorted(dep_lines)))
+        mods.add("/lib/modules/%s/modules.dep.bin" % rel, json.dumps(
+            {"format": "npuops-lab simulated modules.dep.bin", "release": rel, "modules": index},
+            sort_keys=True))
+    debs.append(mods)
+
+    img = Deb("linux-image-" + rel, v, depends="linux-modules-%s (= %s)" % (rel, v),
+              section="kernel", description="Signed kernel image generic")
+    img.add("/boot/vmlinuz-" + rel, "npuops lab simulated kernel %s\n" % rel, 0o600)
+    img.add("/boot/config-" + rel, "CONFIG_IP_VS=m\nCONFIG_MODULES=y\n")
+    img.add("/boot/System.map-" + rel, "ffffffff81000000 T _stext\n", 0o600)
+    if rel in STALE_INDEX_KERNELS:
+        index_step = ("# (this kernel's post-install does not refresh the module index: "
+                      "modules.dep.bin stays stale until `depmod -a %s`)\n" % rel)
+    else:
+        index_step = "depmod -a -F /boot/System.map-%s %s\n" % (rel, rel)
+    img.scripts["postinst"] = (
+        'if [ "$1" = configure ]; then\n' + index_step +
+        "  run-parts --report --exit-on-error --arg=%s --arg=/boot/vmlinuz-%s "
+        "/etc/kernel/postinst.d\nfi\n" % (rel, rel))
+    img.scripts["postrm"] = (
+        'if [ "$1" = remove ] || [ "$1" = purge ]; then\n'
+        "  [ -d /etc/kernel/postrm.d ] && run-parts --report --arg=%s --arg=/boot/vmlinuz-%s "
+        "/etc/kernel/postrm.d || true\nfi\n"
+        'if [ "$1" = purge ]; then rm -rf /lib/modules/%s; fi\n' % (rel, rel, rel))
+    debs.append(img)
+    return debs
+
+
+def dkms_scripts(deb, mod, version):
+    deb.scripts["postinst"] = (
+        'if [ "$1" = configure ]; then\n'
+        "  dkms add -m %(m)s -v %(v)s >/dev/null\n"
+        "  for k in $(ls /boot | sed -n 's/^vmlinuz-//p'); do\n"
+        "    [ -d /lib/modules/$k ] && dkms install -m %(m)s -v %(v)s -k $k\n"
+        "  done\n"
+        "  DPKG_MAINTSCRIPT_PACKAGE=%(p)s /usr/share/update-notifier/notify-reboot-required\n"
+        "fi\n" % {"m": mod, "v": version, "p": deb.ctl["Package"]})
+    deb.scripts["prerm"] = (
+        'case "$1" in remove|upgrade|deconfigure)\n'
+        "  dkms remove -m %s -v %s --all || true ;;\nesac\n" % (mod, version))
+
+
+def nvidia_debs(version):
+    branch = version.split(".")[0]
+    full = version + "-0ubuntu1"
+    sfx = "%s-server" % branch
+    smi = open(os.path.join(FILES, "nvidia-smi")).read()
+    debs = []
+
+    def virt(kind):
+        return dict(provides="nvidia-sim-" + kind, conflicts="nvidia-sim-" + kind,
+                    replaces="nvidia-sim-" + kind)
+
+    common = Deb("libnvidia-common-" + sfx, full, arch="all", section="libs",
+                 description="Shared files used by the NVIDIA libraries", **virt("common"))
+    common.add("/usr/share/nvidia/nvidia-application-profiles-%s-rc" % version, "{}\n")
+    debs.append(common)
+
+    compute = Deb("libnvidia-compute-" + sfx, full, section="libs",
+                  depends="libnvidia-common-%s (= %s)" % (sfx, full),
+                  description="NVIDIA libcompute package", **virt("compute"))
+    for lib in ("libnvidia-ml", "libcuda", "libnvidia-ptxjitcompiler"):
+        compute.add("/usr/lib/x86_64-linux-gnu/%s.so.%s" % (lib, version),
+                    "simulated %s %s\n" % (lib, version))
+        compute.links["/usr/lib/x86_64-linux-gnu/%s.so.1" % lib] = "%s.so.%s" % (lib, version)
+    debs.append(compute)
+
+    utils = Deb("nvidia-utils-" + sfx, full, section="utils",
+                depends="libnvidia-compute-%s" % sfx,
+                description="NVIDIA driver support binaries", **virt("utils"))
+    utils.add("/usr/bin/nvidia-smi", smi, 0o755)
+    debs.append(utils)
+
+    dk = Deb("nvidia-dkms-%s-open" % sfx, full, section="kernel",
+             description="NVIDIA DKMS package (open kernel module)", **virt("dkms"))
+    dk.add("/usr/src/nvidia-%s/dkms.conf" % version,
+           'PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="%s"\nAUTOINSTALL="yes"\nLICENSE="Dual MIT/GPL"\n'
+           'DESCRIPTION="NVIDIA open kernel module %s"\n'
+           'MODULES="nvidia nvidia_modeset:nvidia nvidia_drm:nvidia_modeset nvidia_uvm:nvidia"\n'
+           % (version, version))
+    dkms_scripts(dk, "nvidia", version)
+    debs.append(dk)
+
+    drv = Deb("nvidia-driver-%s-open" % sfx, full, section="restricted/misc",
+              depends=", ".join("%s (= %s)" % (p, full) for p in (
+                  "libnvidia-common-" + sfx, "libnvidia-compute-" + sfx, "nvidia-utils-" + sfx,
+                  "nvidia-dkms-%s-open" % sfx)),
+              description="NVIDIA driver (open kernel module) metapackage",
+              provides="nvidia-driver-binary", conflicts="nvidia-driver-binary",
+              replaces="nvidia-driver-binary")
+    debs.append(drv)
+    return debs
+
+
+def rbln_debs(version):
+    d = Deb("rbln-driver", version + "-1", section="kernel",
+            description="Rebellions NPU driver (kernel module via DKMS, rbln-smi, UMD)")
+    d.add("/usr/bin/rbln-smi", open(os.path.join(FILES, "rbln-smi")).read(), 0o755)
+    d.add("/usr/lib/x86_64-linux-gnu/librbln-umd.so.%s" % version, "simulated UMD %s\n" % version)
+    d.add("/usr/src/rebellions-%s/dkms.conf" % version,
+          'PACKAGE_NAME="rebellions"\nPACKAGE_VERSION="%s"\nAUTOINSTALL="yes"\nLICENSE="GPL"\n'
+          'DESCRIPTION="Rebellions NPU kernel driver %s"\nMODULES="rebellions"\n'
+          % (version, version))
+    dkms_scripts(d, "rebellions", version)
+    return [d]
+
+
+def main(out):
+    tmp = out + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    pool = os.path.join(tmp, "pool")
+    os.makedirs(pool)
+    suites = {"jammy": [], "noble": []}
+    common = []
+    for v in NVIDIA:
+        common += [d.build(pool) for d in nvidia_debs(v)]
+    for v in RBLN:
+        common += [d.build(pool) for d in rbln_debs(v)]
+    for rel, suite in KERNELS.items():
+        common += [d.build(pool) for d in kernel_debs(rel)]
+        suites[suite] += [d.build(pool) for d in meta_debs(rel)]
+        if suite == "noble":
+            suites["jammy"] += [d.build(pool) for d in meta_debs(rel, "-hwe-22.04")]
+    for suite, debs in suites.items():
+        bdir = os.path.join(tmp, "dists", suite, "main", "binary-amd64")
+        os.makedirs(bdir)
+        listing = os.path.join(tmp, "list-" + suite)
+        with open(listing, "w") as f:
+            for p in sorted(common + debs):
+                f.write(os.path.relpath(p, tmp) + "\n")
+        pk = subprocess.check_output(["apt-ftparchive", "packages", "pool"], cwd=tmp,
+                                     stderr=subprocess.DEVNULL).decode()
+        # keep only this suite's packages
+        keep = set(open(listing).read().split())
+        stanzas = [s for s in pk.strip().split("\n\n")
+                   if any(l.startswith("Filename: ") and l[10:] in keep for l in s.splitlines())]
+        text = "\n\n".join(stanzas) + "\n"
+        with open(os.path.join(bdir, "Packages"), "w") as f:
+            f.write(text)
+        with gzip.open(os.path.join(bdir, "Packages.gz"), "wt") as f:
+            f.write(text)
+        os.unlink(listing)
+        rel = subprocess.check_output([
+            "apt-ftparchive",
+            "-o", "APT::FTPArchive::Release::Origin=NpuopsLab",
+            "-o", "APT::FTPArchive::Release::Label=NpuopsLab",
+            "-o", "APT::FTPArchive::Release::Suite=%s" % suite,
+            "-o", "APT::FTPArchive::Release::Codename=%s" % suite,
+            "-o", "APT::FTPArchive::Release::Architectures=amd64",
+            "-o", "APT::FTPArchive::Release::Components=main",
+            "-o", "APT::FTPArchive::Release::Description=npuops lab simulated drivers and kernels",
+            "release", "."], cwd=os.path.join(tmp, "dists", suite)).decode()
+        with open(os.path.join(tmp, "dists", suite, "Release"), "w") as f:
+            f.write(rel)
+    shutil.rmtree(out, ignore_errors=True)
+    os.rename(tmp, out)
+
+
+if __name__ == "__main__":
+    main(os.path.abspath(sys.argv[1]))

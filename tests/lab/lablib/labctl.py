@@ -1,0 +1,399 @@
+"""labctl: a real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler) plus kwok fake nodes, on 127.0.0.1 only. Stdlib + PyYAML; talks to the cluster
+through the kubectl built for the pinned release. Run through tests/lab/labctl."""
+import base64
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+LAB = Path(__file__).resolve().parent.parent  # tests/lab
+STATE = Path(os.environ.get("NPUOPS_LAB_DIR", "/tmp/npuops-lab")).absolute()
+SCENARIO = Path(os.environ.get("NPUOPS_LAB_SCENARIO", LAB / "scenario.yaml")).absolute()
+HOSTCTL = LAB / "hosts" / "hostctl"
+KUBECONFIG = STATE / "kubeconfig"
+# Fixed loopback ports, away from the defaults of a real cluster on the same machine.
+PORTS = {"etcd": 12379, "kube-apiserver": 16443, "kube-controller-manager": 16257,
+         "kube-scheduler": 16259, "kwok": 16247}
+ORDER = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]
+# Node lifecycle timing: kwok renews each node Lease every lease/4 = 5 s; the node-lifecycle
+# controller marks a node whose Lease is older than the grace period NotReady/Unknown.
+LEASE_S, GRACE, MONITOR = 20, "16s", "2s"
+FAKE_ANN = ("kwok.x-k8s.io/node", "fake")
+SERVICE_CIDR, SERVICE_IP = "10.96.0.0/16", "10.96.0.1"
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def die(msg):
+    log(f"labctl: {msg}")
+    sys.exit(1)
+
+
+# ---------------------------------------------------------------- build / binaries
+def binaries():
+    """Run build.sh (a no-op when the per-version cache is warm); returns {name: path}."""
+    out = subprocess.run([str(LAB / "build.sh")], check=True, stdout=subprocess.PIPE, text=True).stdout
+    dirs = dict(line.split("=", 1) for line in out.split() if "=" in line)
+    k, e, w = Path(dirs["K8S_BIN"]), Path(dirs["ETCD_BIN"]), Path(dirs["KWOK_BIN"])
+    return {"etcd": e / "etcd", "kube-apiserver": k / "kube-apiserver",
+            "kube-controller-manager": k / "kube-controller-manager",
+            "kube-scheduler": k / "kube-scheduler", "kubectl": k / "kubectl",
+            "kwok": w / "kwok", "stages": w / "stages.yaml", "version": k.name}
+
+
+# ---------------------------------------------------------------- certificates (openssl CLI)
+def openssl(*args):
+    subprocess.run(["openssl", *args], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def make_certs(pki):
+    pki.mkdir(parents=True)
+    ca_key, ca_crt = pki / "ca.key", pki / "ca.crt"
+    openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", ca_key)
+    openssl("req", "-x509", "-new", "-key", ca_key, "-days", "3650", "-subj", "/CN=npuops-lab-ca",
+            "-out", ca_crt)
+
+    def leaf(name, subj, ext):
+        key, csr, crt, extf = (pki / f"{name}.{s}" for s in ("key", "csr", "crt", "ext"))
+        extf.write_text(ext)
+        openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", key)
+        openssl("req", "-new", "-key", key, "-subj", subj, "-out", csr)
+        openssl("x509", "-req", "-in", csr, "-CA", ca_crt, "-CAkey", ca_key, "-CAcreateserial",
+                "-days", "3650", "-extfile", extf, "-out", crt)
+
+    sans = ",".join(["IP:127.0.0.1", f"IP:{SERVICE_IP}", "DNS:localhost", "DNS:kubernetes",
+                     "DNS:kubernetes.default", "DNS:kubernetes.default.svc",
+                     "DNS:kubernetes.default.svc.cluster.local"])
+    leaf("apiserver", "/CN=kube-apiserver",
+         f"extendedKeyUsage=serverAuth\nkeyUsage=digitalSignature,keyEncipherment\nsubjectAltName={sans}\n")
+    client = "extendedKeyUsage=clientAuth\nkeyUsage=digitalSignature,keyEncipherment\n"
+    # system:masters for admin and kwok: kwok plays every kubelet, so the Node authorizer's
+    # one-identity-per-node model does not fit it.
+    leaf("admin", "/O=system:masters/CN=npuops-lab-admin", client)
+    leaf("kwok", "/O=system:masters/CN=kwok", client)
+    leaf("controller-manager", "/CN=system:kube-controller-manager", client)
+    leaf("scheduler", "/CN=system:kube-scheduler", client)
+    # ServiceAccount token signing key (RSA: accepted by every consumer of SA tokens).
+    openssl("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", pki / "sa.key")
+    openssl("pkey", "-in", pki / "sa.key", "-pubout", "-out", pki / "sa.pub")
+    for f in pki.glob("*.key"):
+        f.chmod(0o600)
+
+
+def write_kubeconfig(path, pki, user):
+    b64 = lambda p: base64.b64encode(p.read_bytes()).decode()  # noqa: E731
+    cfg = {"apiVersion": "v1", "kind": "Config", "current-context": "npuops-lab",
+           "clusters": [{"name": "npuops-lab", "cluster": {
+               "server": f"https://127.0.0.1:{PORTS['kube-apiserver']}",
+               "certificate-authority-data": b64(pki / "ca.crt")}}],
+           "users": [{"name": user, "user": {"client-certificate-data": b64(pki / f"{user}.crt"),
+                                             "client-key-data": b64(pki / f"{user}.key")}}],
+           "contexts": [{"name": "npuops-lab", "context": {"cluster": "npuops-lab", "user": user}}]}
+    path.write_text(yaml.safe_dump(cfg))
+    path.chmod(0o600)
+
+
+# ---------------------------------------------------------------- processes
+def pidfile(name):
+    return STATE / "pids" / f"{name}.json"
+
+
+def read_pid(name):
+    try:
+        return json.loads(pidfile(name).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def alive(rec):
+    """True only if the recorded pid still runs the recorded binary (guards against pid reuse)."""
+    if not rec:
+        return False
+    try:
+        exe = os.readlink(f"/proc/{rec['pid']}/exe")
+    except OSError:
+        return False
+    return exe.removesuffix(" (deleted)") == rec["exe"]
+
+
+def listening(port):
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def start(name, exe, args):
+    logf = open(STATE / "logs" / f"{name}.log", "ab")
+    # New session: the lab outlives this command and is not hit by the terminal's Ctrl-C.
+    p = subprocess.Popen([str(exe), *args], stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
+                         start_new_session=True, cwd=STATE)
+    pidfile(name).write_text(json.dumps({"pid": p.pid, "exe": str(exe), "port": PORTS[name]}))
+    return p
+
+
+def wait_for(what, check, timeout, proc=None, name=None):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if proc is not None and proc.poll() is not None:
+            die(f"{name} exited (rc={proc.returncode}); see {STATE}/logs/{name}.log")
+        try:
+            if check():
+                return
+        except Exception:  # noqa: BLE001 - anything means "not yet"
+            pass
+        time.sleep(0.5)
+    die(f"timed out after {timeout}s waiting for {what}; logs in {STATE}/logs/")
+
+
+def https_ok(port, path, pki=None):
+    ctx = ssl.create_default_context(cafile=str(pki / "ca.crt")) if pki else ssl._create_unverified_context()
+    if pki:
+        ctx.load_cert_chain(pki / "admin.crt", pki / "admin.key")
+    with urllib.request.urlopen(f"https://127.0.0.1:{port}{path}", context=ctx, timeout=3) as r:
+        return r.status == 200
+
+
+def http_ok(url):
+    with urllib.request.urlopen(url, timeout=3) as r:
+        return r.status == 200
+
+
+# ---------------------------------------------------------------- scenario / nodes
+def load_scenario(path=None):
+    return yaml.safe_load(Path(path or STATE / "scenario.yaml").read_text())
+
+
+def node_manifest(n, version):
+    name = n["name"]
+    labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+              "kubernetes.io/arch": "amd64", "type": "kwok"}
+    labels.update({k: str(v) for k, v in (n.get("labels") or {}).items()})
+    cap = {k: str(v) for k, v in (n.get("capacity") or {"cpu": "32", "memory": "256Gi", "pods": "110"}).items()}
+    info = n.get("nodeInfo") or {}
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": labels,
+                         "annotations": {FAKE_ANN[0]: FAKE_ANN[1], "node.alpha.kubernetes.io/ttl": "0"}},
+            "spec": {},
+            # Status is kept on create; kwok's node-initialize stage keeps capacity and nodeInfo
+            # that are already set and only fills in conditions/addresses.
+            "status": {"capacity": cap, "allocatable": dict(cap), "nodeInfo": {
+                "architecture": "amd64", "operatingSystem": "linux", "kubeletVersion": version,
+                "kubeProxyVersion": version, "containerRuntimeVersion": "containerd://1.7.27",
+                "kernelVersion": info.get("kernelVersion", ""), "osImage": info.get("osImage", ""),
+                "machineID": "", "systemUUID": "", "bootID": ""}}}
+
+
+def kubectl(*args, input=None, check=True):
+    exe = read_state_bin("kubectl")
+    return subprocess.run([exe, f"--kubeconfig={KUBECONFIG}", *args], input=input, text=True,
+                          check=check, capture_output=True)
+
+
+def read_state_bin(name):
+    return json.loads((STATE / "bins.json").read_text())[name]
+
+
+def nodes_ready(names):
+    items = json.loads(kubectl("get", "nodes", "-o", "json").stdout)["items"]
+    ready = {i["metadata"]["name"] for i in items
+             if any(c["type"] == "Ready" and c["status"] == "True" for c in i["status"].get("conditions", []))}
+    return set(names) <= ready
+
+
+def apply_nodes(nodes, version):
+    docs = [node_manifest(n, version) for n in nodes]
+    kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
+    wait_for(f"nodes {[n['name'] for n in nodes]} Ready", lambda: nodes_ready([n["name"] for n in nodes]), 60)
+
+
+def hosts_enabled(sc):
+    return (os.environ.get("NPUOPS_LAB_HOSTS", "1") != "0" and HOSTCTL.exists()
+            and any(n.get("host") for n in sc.get("nodes", [])))
+
+
+def hostctl(action):
+    env = dict(os.environ, KUBECONFIG=str(KUBECONFIG), NPUOPS_LAB_DIR=str(STATE),
+               NPUOPS_LAB_SCENARIO=str(STATE / "scenario.yaml"))
+    return subprocess.run([str(HOSTCTL), action], env=env).returncode
+
+
+# ---------------------------------------------------------------- commands
+def is_up():
+    return all(alive(read_pid(c)) for c in ORDER) and KUBECONFIG.exists()
+
+
+def cmd_up():
+    export = f"export KUBECONFIG={KUBECONFIG}"
+    if is_up():
+        print(f"lab is already up ({STATE})")
+        print(export)
+        return 0
+    if STATE.exists():
+        log(f"labctl: stale or partial lab state in {STATE}; cleaning it up first")
+        cmd_down()
+    t0 = time.time()
+    bins = binaries()
+    log(f"binaries ready ({time.time() - t0:.0f}s); starting lab in {STATE}")
+    for d in ("pids", "logs", "etcd"):
+        (STATE / d).mkdir(parents=True, exist_ok=True)
+    (STATE / "etcd").chmod(0o700)
+    (STATE / "bins.json").write_text(json.dumps({k: str(v) for k, v in bins.items()}))
+    shutil.copy(SCENARIO, STATE / "scenario.yaml")  # add-node uses the scenario the lab was started with
+    pki = STATE / "pki"
+    make_certs(pki)
+    write_kubeconfig(KUBECONFIG, pki, "admin")
+    for u in ("controller-manager", "scheduler", "kwok"):
+        write_kubeconfig(STATE / f"{u}.kubeconfig", pki, u)
+
+    e = PORTS["etcd"]
+    p = start("etcd", bins["etcd"], [
+        "--name=lab", f"--data-dir={STATE}/etcd",
+        f"--listen-client-urls=http://127.0.0.1:{e}", f"--advertise-client-urls=http://127.0.0.1:{e}",
+        f"--listen-peer-urls=http://127.0.0.1:{e + 1}", f"--initial-advertise-peer-urls=http://127.0.0.1:{e + 1}",
+        f"--initial-cluster=lab=http://127.0.0.1:{e + 1}",
+        "--unsafe-no-fsync",  # throwaway data: skip fsync, much faster on slow disks
+        "--log-level=warn"])
+    wait_for("etcd /health", lambda: http_ok(f"http://127.0.0.1:{e}/health"), 30, p, "etcd")
+
+    a = PORTS["kube-apiserver"]
+    p = start("kube-apiserver", bins["kube-apiserver"], [
+        "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={a}",
+        f"--etcd-servers=http://127.0.0.1:{e}",
+        f"--tls-cert-file={pki}/apiserver.crt", f"--tls-private-key-file={pki}/apiserver.key",
+        f"--client-ca-file={pki}/ca.crt",
+        "--authorization-mode=Node,RBAC",
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        f"--service-account-key-file={pki}/sa.pub", f"--service-account-signing-key-file={pki}/sa.key",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
+        "--allow-privileged=true", "--profiling=false", "--v=1"])
+    wait_for("kube-apiserver /readyz", lambda: https_ok(a, "/readyz", pki), 120, p, "kube-apiserver")
+
+    common = ["--bind-address=127.0.0.1", "--leader-elect=false", "--profiling=false"]
+    kcm = STATE / "controller-manager.kubeconfig"
+    p = start("kube-controller-manager", bins["kube-controller-manager"], [
+        *common, f"--secure-port={PORTS['kube-controller-manager']}", f"--cert-dir={STATE}/kcm-certs",
+        f"--kubeconfig={kcm}", f"--authentication-kubeconfig={kcm}", f"--authorization-kubeconfig={kcm}",
+        "--use-service-account-credentials=true",
+        f"--service-account-private-key-file={pki}/sa.key", f"--root-ca-file={pki}/ca.crt",
+        f"--cluster-signing-cert-file={pki}/ca.crt", f"--cluster-signing-key-file={pki}/ca.key",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
+        f"--node-monitor-grace-period={GRACE}", f"--node-monitor-period={MONITOR}"])
+    sch = STATE / "scheduler.kubeconfig"
+    p2 = start("kube-scheduler", bins["kube-scheduler"], [
+        *common, f"--secure-port={PORTS['kube-scheduler']}", f"--cert-dir={STATE}/sched-certs",
+        f"--kubeconfig={sch}", f"--authentication-kubeconfig={sch}", f"--authorization-kubeconfig={sch}"])
+    p3 = start("kwok", bins["kwok"], [
+        f"--kubeconfig={STATE}/kwok.kubeconfig", f"--config={bins['stages']}",
+        "--manage-all-nodes=false", f"--manage-nodes-with-annotation-selector={FAKE_ANN[0]}={FAKE_ANN[1]}",
+        "--manage-nodes-with-label-selector=", "--cidr=10.244.0.1/16", "--node-ip=127.0.0.1",
+        f"--node-lease-duration-seconds={LEASE_S}", f"--server-address=127.0.0.1:{PORTS['kwok']}"])
+    wait_for("kube-controller-manager /healthz",
+             lambda: https_ok(PORTS["kube-controller-manager"], "/healthz"), 60, p, "kube-controller-manager")
+    wait_for("kube-scheduler /healthz", lambda: https_ok(PORTS["kube-scheduler"], "/healthz"), 60, p2,
+             "kube-scheduler")
+    wait_for("kwok port", lambda: listening(PORTS["kwok"]), 30, p3, "kwok")
+
+    sc = load_scenario()
+    ns = sc.get("namespace", "gpu-drv")
+    kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))
+    # The ServiceAccount admission plugin rejects pods until the namespace's default SA exists.
+    wait_for(f"default ServiceAccount in {ns}",
+             lambda: kubectl("-n", ns, "get", "sa", "default", check=False).returncode == 0, 60)
+    apply_nodes([n for n in sc["nodes"] if not n.get("join")], bins["version"])
+    if hosts_enabled(sc):
+        log("starting lab hosts (tests/lab/hosts/hostctl up)")
+        if hostctl("up") != 0:
+            die("hostctl up failed")
+    log(f"lab up in {time.time() - t0:.0f}s: Kubernetes {bins['version']}, state {STATE}")
+    print(export)
+    return 0
+
+
+def cmd_down():
+    t0 = time.time()
+    if not STATE.exists():
+        print("lab is not running")
+        return 0
+    if HOSTCTL.exists() and (STATE / "scenario.yaml").exists():
+        if hostctl("down") != 0:
+            log("labctl: warning: hostctl down failed; stopping the control plane anyway")
+    for name in reversed(ORDER):  # kwok first, etcd last
+        rec = read_pid(name)
+        if alive(rec):
+            os.kill(rec["pid"], signal.SIGTERM)
+            deadline = time.time() + 20
+            while alive(rec) and time.time() < deadline:
+                time.sleep(0.2)
+            if alive(rec):
+                log(f"{name} ignored SIGTERM; sending SIGKILL")
+                os.kill(rec["pid"], signal.SIGKILL)
+                while alive(rec):
+                    time.sleep(0.1)
+    busy = [f"{n}:{p}" for n, p in PORTS.items() if listening(p)]
+    shutil.rmtree(STATE)
+    if busy:
+        die(f"ports still in use after down (not ours?): {busy}")
+    print(f"lab is down ({time.time() - t0:.1f}s)")
+    return 0
+
+
+def cmd_status():
+    up = True
+    print(f"state: {STATE} ({'present' if STATE.exists() else 'absent'})")
+    for name in ORDER:
+        rec = read_pid(name)
+        a = alive(rec)
+        up &= a
+        print(f"{name:24} pid={rec['pid'] if rec else '-':<8} alive={'yes' if a else 'no':<4}"
+              f" port=127.0.0.1:{PORTS[name]} listening={'yes' if listening(PORTS[name]) else 'no'}")
+    if up:
+        print(kubectl("get", "nodes", check=False).stdout, end="")
+        print(f"export KUBECONFIG={KUBECONFIG}")
+    return 0 if up else 3
+
+
+def cmd_add_node(name):
+    if not is_up():
+        die("lab is not up")
+    nodes = [n for n in load_scenario()["nodes"] if n["name"] == name]
+    if not nodes:
+        die(f"node {name} is not in the lab scenario")
+    apply_nodes(nodes, read_state_bin("version"))
+    print(f"node {name} is Ready")
+    return 0
+
+
+def cmd_remove_node(name):
+    kubectl("delete", "node", name, "--ignore-not-found", "--wait=true")
+    print(f"node {name} removed")
+    return 0
+
+
+def main(argv):
+    cmds = {"up": cmd_up, "down": cmd_down, "status": cmd_status,
+            "env": lambda: print(f"export KUBECONFIG={KUBECONFIG}") or 0,
+            "add-node": cmd_add_node, "remove-node": cmd_remove_node}
+    if not argv or argv[0] not in cmds:
+        die(f"usage: labctl {{{'|'.join(cmds)}}} [NODE]")
+    try:
+        return cmds[argv[0]](*argv[1:])
+    except subprocess.CalledProcessError as e:
+        die(f"{' '.join(map(str, e.cmd))} failed (rc={e.returncode}): {e.stderr or ''}")
+    except TypeError as e:
+        die(f"bad arguments: {e}")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
