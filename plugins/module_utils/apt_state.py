@@ -117,8 +117,10 @@ def family_to_blacklist(pattern: str) -> str:
             out.append(".*")
         elif ch == "?":
             out.append(".")
+        elif ch in ".^$+{}[]()|\\":
+            out.append("\\" + ch)
         else:
-            out.append(re.escape(ch))
+            out.append(ch)
     regex = "".join(out)
     while regex.endswith(".*"):
         regex = regex[:-2]

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Cordon that remembers who cordoned (C15).
 
@@ -41,11 +40,15 @@ def cordon(core: Any, profile: Mapping[str, Any], node: Mapping[str, Any], check
         return dict(node)
     updated = node_record.patch_node(core, node["metadata"]["name"], body)
     if not is_cordoned(updated):
-        raise CordonError("node %s: cordon was not applied (spec.unschedulable is still false)" % node["metadata"]["name"])
+        raise CordonError(
+            "node %s: cordon was not applied (spec.unschedulable is still false)" % node["metadata"]["name"]
+        )
     return updated
 
 
-def restore(core: Any, profile: Mapping[str, Any], node: Mapping[str, Any], check_mode: bool) -> tuple[dict[str, Any], bool]:
+def restore(
+    core: Any, profile: Mapping[str, Any], node: Mapping[str, Any], check_mode: bool
+) -> tuple[dict[str, Any], bool]:
     """Put schedulability back as recorded and drop the record. Returns (node, uncordoned)."""
     key = annotation_key(profile, node_record.UNSCHEDULABLE_BEFORE)
     recorded = node_record.annotations(node).get(key)

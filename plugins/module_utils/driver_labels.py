@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The driver version a node advertises in its labels (GFD / NPU feature discovery), and comparison
 with a target version. Pure functions over the node's label dict and the vendor profile."""

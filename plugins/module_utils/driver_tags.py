@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Driver image tags built from parts (never by splitting a tag: kernel versions hold hyphens).
 
@@ -35,7 +34,7 @@ class TagError(ValueError):
 
 def format_fields(fmt: str) -> list[str]:
     """Field names used by a tag format (``{branch}-{kernel}-{os_tag}`` -> branch, kernel, os_tag)."""
-    fields = [name for _, name, _, _ in string.Formatter().parse(fmt) if name is not None]
+    fields = [part[1] for part in string.Formatter().parse(fmt) if part[1] is not None]
     for name in fields:
         if name not in KNOWN_FIELDS:
             raise TagError("tag format %r uses unknown field {%s}; known: %s" % (fmt, name, ", ".join(KNOWN_FIELDS)))
@@ -64,7 +63,7 @@ def image_ref(repository: str, tag: str, registry: Optional[str] = None) -> str:
     """``<registry>/<path>:<tag>``. ``registry`` replaces the repository's registry host, if any."""
     repository = repository.strip().rstrip("/")
     if registry:
-        first, _, rest = repository.partition("/")
+        first, dummy, rest = repository.partition("/")
         has_host = bool(rest) and ("." in first or ":" in first or first == "localhost")
         path = rest if has_host else repository
         repository = registry.strip().rstrip("/") + "/" + path

@@ -57,8 +57,9 @@ def driver_verdict(
         res["healthy"] = verdict == "ok"
         exp = normalize_version(expected)
         known = [v for v in (loaded_n, disk_n, user_n) if v]
+        # loaded and on-disk must be known and equal to it; the userspace only when it is known
         res["expected_match"] = (
-            None if not exp else bool(known) and all(versions_match(v, exp) for v in (loaded_n, disk_n, user_n))
+            None if not exp else bool(loaded_n and disk_n) and all(versions_match(v, exp) for v in known)
         )
         return res
 

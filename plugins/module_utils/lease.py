@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Run-wide maintenance lock as a ``coordination.k8s.io/v1`` Lease.
 
@@ -177,7 +176,7 @@ class LeaseManager:
 
     def acquire(self, holder: str, ttl: int, check_mode: bool = False, now_fn=now_utc) -> dict[str, Any]:
         """Returns ``{action, changed, taken_over, previous, lease}``; raises LeaseHeldError."""
-        for _ in range(MAX_CONFLICT_RETRIES):
+        for dummy in range(MAX_CONFLICT_RETRIES):
             lease = self.read()
             now = now_fn()
             decision = decide_acquire(lease, holder, now)
@@ -200,7 +199,7 @@ class LeaseManager:
         )
 
     def release(self, holder: str, check_mode: bool = False, now_fn=now_utc) -> dict[str, Any]:
-        for _ in range(MAX_CONFLICT_RETRIES):
+        for dummy in range(MAX_CONFLICT_RETRIES):
             lease = self.read()
             decision = decide_release(lease, holder, now_fn())
             if decision["action"] != "release":

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Support matrix (driver builds that exist) and the per-node audit against it.
 
@@ -100,7 +99,9 @@ def parse_csv(text: str, source: str = "<matrix>", uses_branch: bool = True) -> 
             idx = {c: header.index(c) for c in (driver_col, *REQUIRED_COLUMNS)}
             continue
         if len(cells) != len(header):
-            raise MatrixError("%s: expected %d columns (%s), got %d" % (where, len(header), ",".join(header), len(cells)))
+            raise MatrixError(
+                "%s: expected %d columns (%s), got %d" % (where, len(header), ",".join(header), len(cells))
+            )
         driver = _check_cell(cells[idx[driver_col]], driver_col, where)
         kernel = _check_cell(cells[idx["kernel"]], "kernel", where)
         tag = _check_cell(cells[idx["os_tag"]], "os_tag", where)
@@ -132,7 +133,9 @@ def from_list(items: Iterable[Any], uses_branch: bool = True) -> Matrix:
             raise MatrixError("%s: expected a dict with driver_branch, kernel, os_tag; got %r" % (where, item))
         drivers = [c for c in DRIVER_COLUMNS if c in item]
         if len(drivers) != 1:
-            raise MatrixError("%s: needs exactly one of driver_branch, driver_version; got keys %s" % (where, sorted(item)))
+            raise MatrixError(
+                "%s: needs exactly one of driver_branch, driver_version; got keys %s" % (where, sorted(item))
+            )
         missing = [c for c in REQUIRED_COLUMNS if c not in item]
         if missing:
             raise MatrixError("%s: missing key(s) %s" % (where, ", ".join(missing)))

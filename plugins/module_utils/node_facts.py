@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Driver, kernel and OS facts of a node, read from its labels (NFD + the vendor's discovery).
 
@@ -107,6 +106,7 @@ def stale_label_warnings(
     """'stale labels' warnings where labels disagree with nodeInfo.kernelVersion / osImage."""
     if not node_info:
         return []
+    node = node or "<labels>"
     keys = keys or FACT_LABELS
     out = []
     kernel_label = str(labels.get(keys["kernel"]) or "").strip()
@@ -127,7 +127,9 @@ def stale_label_warnings(
     return out
 
 
-def list_nodes_raw(api_client: Any, label_selector: str, page_size: int = 500, timeout: Optional[float] = 60) -> tuple[list, int]:
+def list_nodes_raw(
+    api_client: Any, label_selector: str, page_size: int = 500, timeout: Optional[float] = 60
+) -> tuple[list, int]:
     """All nodes matching ``label_selector`` with paginated LISTs (limit/continue).
 
     Returns ``(items, requests)``: raw API dicts (no model deserialisation, which costs seconds on

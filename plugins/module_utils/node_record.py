@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """What the upgrade writes on the Node: the state label, the bookkeeping annotations and an Event per
 transition (core/v1 Event, involvedObject = the Node, shown by ``kubectl describe node``).

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """OS tags of driver images (``ubuntu22.04``, ``rhel9.4``, ``rhcos4.15``, ``sles15.5`` ...).
 

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The operators' ``upgradePolicy`` block: parsing, validation, chart defaults.
 
@@ -79,10 +78,21 @@ _SUB_BLOCKS: dict[str, tuple[str, dict[str, str]]] = {
     "drain": ("drain", {**_ENABLE, **_FORCE, **_EMPTYDIR, **_SELECTOR, **_TIMEOUT}),
     "reboot": (
         "reboot",
-        {**_ENABLE, "rebootTimeoutSeconds": "reboot_timeout_seconds", "reboot_timeout_seconds": "reboot_timeout_seconds"},
+        {
+            **_ENABLE,
+            "rebootTimeoutSeconds": "reboot_timeout_seconds",
+            "reboot_timeout_seconds": "reboot_timeout_seconds",
+        },
     ),
 }
-for _name in ("npuPodDeletion", "gpuPodDeletion", "podDeletion", "npu_pod_deletion", "gpu_pod_deletion", "pod_deletion"):
+for _name in (
+    "npuPodDeletion",
+    "gpuPodDeletion",
+    "podDeletion",
+    "npu_pod_deletion",
+    "gpu_pod_deletion",
+    "pod_deletion",
+):
     _SUB_BLOCKS[_name] = ("pod_deletion", {**_FORCE, **_TIMEOUT, **_EMPTYDIR})
 
 _BOOL_FIELDS = {"auto_upgrade", "force", "delete_empty_dir_data", "enable"}
@@ -183,9 +193,7 @@ def parse_policy(raw: Optional[Mapping[str, Any]]) -> UpgradePolicy:
             block = getattr(policy, attr)
             for sub_key, sub_value in value.items():
                 if sub_key not in fields:
-                    raise PolicyError(
-                        "%s.%s: unknown key; known keys: %s" % (path, sub_key, ", ".join(sorted(fields)))
-                    )
+                    raise PolicyError("%s.%s: unknown key; known keys: %s" % (path, sub_key, ", ".join(sorted(fields))))
                 setattr(block, fields[sub_key], _convert("%s.%s" % (path, sub_key), fields[sub_key], sub_value))
         else:
             raise PolicyError("%s: unknown key; known keys: %s" % (path, ", ".join(known)))

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The per-node upgrade state machine as data: which state follows which, per phase (pure).
 
@@ -97,7 +96,9 @@ def phase_entry(phase: str, state: str, at_target: bool, has_bookkeeping: bool, 
             return Entry("resume")
         if state in (REBOOT_REQUIRED, REBOOT_VALIDATION_REQUIRED):
             return Entry("noop", "reboot already marked")
-        return Entry("error", "reboot needs a node in %s (run prepare first); node is in %r" % (POD_RESTART_REQUIRED, state))
+        return Entry(
+            "error", "reboot needs a node in %s (run prepare first); node is in %r" % (POD_RESTART_REQUIRED, state)
+        )
     if phase == "finish":
         if state in HOST_WORK_STATES + FINISH_STATES:
             return Entry("resume")

@@ -1,5 +1,5 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
+# ruff: noqa: E402  (Ansible modules import after DOCUMENTATION/EXAMPLES/RETURN)
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ description:
   - What-if - O(driver_version), O(driver_branch), O(kernel) replace the labels they stand for
     ("which tag will this node need after the upgrade").
 author:
-  - npuops maintainers
+  - npuops maintainers (@npuops)
 extends_documentation_fragment:
   - npuops.fleet.k8s_auth
   - npuops.fleet.vendor
@@ -92,6 +92,7 @@ attributes:
     description: Read-only; runs the same in check mode.
   diff_mode:
     support: none
+    description: Nothing is changed, so there is no diff.
 notes:
   - With O(node) needs C(get) on C(nodes).
 seealso:

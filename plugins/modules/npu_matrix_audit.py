@@ -1,5 +1,5 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
+# ruff: noqa: E402  (Ansible modules import after DOCUMENTATION/EXAMPLES/RETURN)
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ description:
     C(continue)); never one request per node. Nothing is cached between runs.
   - Computes each node's driver image tag from its labels (see M(npuops.fleet.npu_driver_tag)) and
     looks the C((driver, kernel, os_tag)) combination up in the support matrix.
-  - Per node the status is C(OK) (the build exists), C(MISSING) (no build: the node would lose its
+  - Per node the status is C(OK) (the build exists), C(MISSING) (no build, the node would lose its
     driver), C(UNLABELED) (a label needed for the tag is missing or empty, or the OS is not supported;
     RV(nodes[].missing_label) names the key) or C(SKIPPED) (the vendor's upgrade skip label is C(true)).
   - What-if mode - O(planned_kernel), O(planned_kernels), O(planned_driver_version) - answers "which
     nodes lose their driver after this kernel or driver upgrade" before it happens.
   - Never changes anything (RV(changed) is always false).
 author:
-  - npuops maintainers
+  - npuops maintainers (@npuops)
 extends_documentation_fragment:
   - npuops.fleet.k8s_auth
   - npuops.fleet.vendor
@@ -31,7 +31,7 @@ options:
       - CSV file with the driver builds that exist. Header C(driver_branch,kernel,os_tag); extra
         columns are allowed and ignored, column order is free.
       - The driver column may be named C(driver_version) instead. For a vendor whose tag uses the full
-        version (C(rebellions): C(3.0.0)) that is the natural name; for NVIDIA precompiled tags a full
+        version (C(rebellions), C(3.0.0)) that is the natural name; for NVIDIA precompiled tags a full
         version is reduced to its branch (C(550.90.07) -> C(550)).
       - Blank lines and lines starting with C(#) are skipped, cells are stripped of whitespace, exact
         duplicates are reported as a warning. Any other malformed line fails the task with
@@ -82,8 +82,8 @@ options:
   os_tag_rules:
     description:
       - Extra or replacement OS tag rules, os-release C(ID) -> C({format, pattern, names}); C(format) is
-        a template over the named groups of C(pattern) (a regex matched against C(VERSION_ID)), for
-        example C({rocky: {pattern: '^(?P<major>\d+)', format: 'rocky{major}'}}).
+        a template over the named groups of C(pattern) (a regex matched against C(VERSION_ID)); for
+        Rocky Linux, key C(rocky) with C(pattern) C(^(?P<major>\d+)) and C(format) C(rocky{major}).
       - Built in - C(ubuntu) (C(ubuntu22.04)), C(rhel) (C(rhel9.4)), C(rhcos) (C(rhcos4.15), also from a
         C(415.92.2024...) VERSION_ID), C(sles) (C(sles15.5)), C(sl-micro), C(centos) (C(centos8)),
         C(debian) (C(debian12)). Any other OS makes the node C(UNLABELED) with the reason.
@@ -94,6 +94,7 @@ attributes:
     description: Read-only; runs the same in check mode.
   diff_mode:
     support: none
+    description: Nothing is changed, so there is no diff.
 notes:
   - Needs C(list) on C(nodes) (cluster scope).
   - Runtime is one LIST request per O(page_size) nodes; 5,000 nodes take 10 requests with the default.
@@ -219,7 +220,7 @@ matrix_entries:
   type: int
   sample: 3
 matrix_duplicates:
-  description: Duplicate matrix lines (C(<file>:<line>: duplicate entry ...)), ignored.
+  description: Duplicate matrix lines (C(<file>:<line>) and the entry), ignored.
   returned: always
   type: list
   elements: str
@@ -362,7 +363,9 @@ class MatrixAudit:
         counts = summary["counts"]
         problems = []
         if p["fail_on_missing"] and counts["MISSING"]:
-            problems.append("%d node(s) have no driver build in the matrix:\n%s" % (counts["MISSING"], summary["missing_text"]))
+            problems.append(
+                "%d node(s) have no driver build in the matrix:\n%s" % (counts["MISSING"], summary["missing_text"])
+            )
         if p["fail_on_unlabeled"] and counts["UNLABELED"]:
             problems.append(
                 "%d node(s) lack labels needed for their driver tag: %s"

@@ -20,8 +20,8 @@ gobuild() { # dir out pkg extra-ldflags
   [ -x "$out" ] && return 0
   echo "building $(basename "$out") ($pkg)..." >&2
   mkdir -p "$(dirname "$out")"
-  (cd "$here/$dir" && go build -p 2 -trimpath -ldflags "-s -w $ld" -o "$out.tmp" "$pkg")
-  mv -f "$out.tmp" "$out" # atomic: a half-built binary never looks cached
+  (cd "$here/$dir" && go build -p 2 -trimpath -ldflags "-s -w $ld" -o "$out.tmp.$$" "$pkg")
+  mv -f "$out.tmp.$$" "$out" # atomic: a half-built binary never looks cached
 }
 
 # Same ldflags as hack/lib/version.sh, so `kubectl version` shows the real release.
@@ -32,6 +32,8 @@ for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   kv+=" -X $p.buildDate=1970-01-01T00:00:00Z"
 done
 
+mkdir -p "$cache"
+exec 9>"$cache/.lock" && flock 9 # concurrent `labctl up`s (other NPUOPS_LAB_DIRs) build once, in turn
 kdir=$cache/$K8S edir=$cache/etcd-$ETCD wdir=$cache/kwok-$KWOK
 gobuild etcd "$edir/etcd" go.etcd.io/etcd/server/v3 ""
 gobuild kwok "$wdir/kwok" sigs.k8s.io/kwok/cmd/kwok ""

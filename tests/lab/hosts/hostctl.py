@@ -6,7 +6,9 @@
   hostctl down             stop the agent, remove the hosts' containers and state
   hostctl status           hosts, booted kernel, loaded driver, agent
   hostctl spawn NAME [--accelerator nvidia|rbln|none] [--devices N] [--os 22.04|24.04]
-                           [--kernel R] [--driver V]   scratch host (no Node) for tests
+                           [--kernel R] [--driver V] [--node]
+                           scratch host for tests; with --node the agent keeps it behind the
+                           (existing) Node NAME
   hostctl rm NAME          remove one host (scratch or scenario)
   hostctl provision NAME   (re)install the scenario's kernel + driver on a host and reboot it
   hostctl wait-boot NAME [--after MARKER] [--timeout S]   wait until the host has booted
@@ -28,7 +30,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 os.environ.setdefault("CONTAINERS_CONF", os.path.join(HERE, "containers.conf"))
-STATE = os.environ.get("NPUOPS_LAB_DIR", "/tmp/npuops-lab")
+STATE = os.path.abspath(os.environ.get("NPUOPS_LAB_DIR", "/tmp/npuops-lab"))
 CACHE = os.environ.get("NPUOPS_LAB_CACHE", os.path.expanduser("~/.cache/npuops-lab"))
 SCENARIO = os.environ.get("NPUOPS_LAB_SCENARIO", os.path.join(ROOT, "tests", "lab", "scenario.yaml"))
 HOSTS_DIR = os.path.join(STATE, "hosts")
@@ -112,8 +114,27 @@ def build_rootfs():
     return out
 
 
+# customisation of the debootstrap root (run in a chroot at image build)
+IMAGE_SCRIPT = """set -e
+for t in %s; do
+  dpkg-divert --local --rename --divert $t.kmod-real --add $t >/dev/null
+  ln -sf /usr/local/lib/npuops-lab/kmodsim.py $t
+done
+echo /usr/local/lib/npuops-lab/uname_shim.so > /etc/ld.so.preload
+rm -f /etc/apt/sources.list
+mkdir -p /srv/npuops-lab-repo /var/lib/npuops-lab/host
+systemctl enable npuops-lab-boot.service >/dev/null 2>&1
+# the lab runs unattended-upgrade explicitly; the periodic timers stay off so tests are deterministic
+systemctl disable apt-daily.timer apt-daily-upgrade.timer >/dev/null 2>&1 || true
+systemctl mask getty@tty1.service console-getty.service >/dev/null 2>&1 || true
+systemctl set-default multi-user.target >/dev/null 2>&1
+: > /etc/machine-id
+rm -rf /var/cache/apt/*.bin /var/lib/apt/lists/*
+""" % " ".join(KMOD_TOOLS)
+
+
 def image_tag():
-    return tree_hash([os.path.join(HERE, "image"), __file__], ",".join(BASE_PACKAGES))
+    return tree_hash([os.path.join(HERE, "image")], ",".join(BASE_PACKAGES) + IMAGE_SCRIPT)
 
 
 def build_image():
@@ -132,22 +153,7 @@ def build_image():
         lib = os.path.join(work, "usr/local/lib/npuops-lab")
         run(["gcc", "-O2", "-shared", "-fPIC", "-o", os.path.join(lib, "uname_shim.so"),
              os.path.join(HERE, "image", "uname_shim.c"), "-ldl"])
-        script = """set -e
-for t in %s; do
-  dpkg-divert --local --rename --divert $t.kmod-real --add $t >/dev/null
-  ln -sf /usr/local/lib/npuops-lab/kmodsim.py $t
-done
-echo /usr/local/lib/npuops-lab/uname_shim.so > /etc/ld.so.preload
-rm -f /etc/apt/sources.list
-mkdir -p /srv/npuops-lab-repo /var/lib/npuops-lab/host
-systemctl enable npuops-lab-boot.service >/dev/null 2>&1
-# the lab runs unattended-upgrade explicitly; the periodic timers stay off so tests are deterministic
-systemctl disable apt-daily.timer apt-daily-upgrade.timer >/dev/null 2>&1 || true
-systemctl mask getty@tty1.service console-getty.service systemd-logind.service >/dev/null 2>&1 || true
-systemctl set-default multi-user.target >/dev/null 2>&1
-: > /etc/machine-id
-rm -rf /var/cache/apt/*.bin /var/lib/apt/lists/*
-""" % " ".join(KMOD_TOOLS)
+        script = IMAGE_SCRIPT
         run(["chroot", work, "/bin/sh", "-c", script])
         log("importing image %s" % ref)
         tar = subprocess.Popen(["tar", "--numeric-owner", "--xattrs", "-C", work, "-c", "."],
@@ -230,11 +236,11 @@ def os_release(spec):
     pretty = spec.get("os_image") or pretty
     return ('PRETTY_NAME="%s"\nNAME="Ubuntu"\nVERSION_ID="%s"\nVERSION="%s"\n'
             'VERSION_CODENAME=%s\nID=ubuntu\nID_LIKE=debian\nHOME_URL="https://www.ubuntu.com/"\n'
-            'UBUNTU_CODENAME=%s\n# npuops lab: simulated OS identity (the userland is Debian bookworm)\n'
+            'UBUNTU_CODENAME=%s\n# npuops lab: simulated OS identity (userland: bookworm)\n'
             % (pretty, vid, ver, code, code)), code
 
 
-def create_host(name, spec, image, repo):
+def create_host(name, spec, image, repo, node=True):
     d = hostdir(name)
     if os.path.isdir(d):
         shutil.rmtree(d)
@@ -254,14 +260,20 @@ def create_host(name, spec, image, repo):
     podman("rm", "-f", "-v", cname(name), check=False, quiet=True)
     podman("run", "-d", "--name", cname(name), "--hostname", name,
            "--systemd=always", "--restart=always", "--network=none",
-           "--label", "npuops-lab-host=" + name,
+           "--label", "npuops-lab-host=" + name, "--label", "npuops-lab-dir=" + STATE,
+           # hosts the node agent keeps behind their Node (a Node of that name must exist)
+           *(["--label", "npuops-lab-agent=" + STATE] if node else []),
            "-v", "%s:/var/lib/npuops-lab/host" % d,
            "-v", "%s:/sys/module" % os.path.join(d, "sysmodule"),
            "-v", "%s:/srv/npuops-lab-repo:ro" % repo,
            image, "/sbin/init", quiet=True)
     wait_boot(name, timeout=60)
     # simulated OS identity + the lab apt source for that codename
+    vid = str(spec.get("os", "22.04"))
     hexec(name, "rm -f /etc/os-release && cp /var/lib/npuops-lab/host/os-release /etc/os-release && "
+          "printf 'DISTRIB_ID=Ubuntu\\nDISTRIB_RELEASE=%s\\nDISTRIB_CODENAME=%s\\n"
+          "DISTRIB_DESCRIPTION=\"%s\"\\n' > /etc/lsb-release && " % (
+              vid, code, spec.get("os_image") or OS.get(vid, OS["22.04"])[2]) +
           "echo 'deb [trusted=yes] file:/srv/npuops-lab-repo %s main' "
           "> /etc/apt/sources.list.d/npuops-lab.list" % code)
 
@@ -350,7 +362,7 @@ def agent_pid():
         return None
 
 
-def start_agent(hosts):
+def start_agent():
     if agent_pid():
         return
     kc = os.environ.get("KUBECONFIG") or os.path.join(STATE, "kubeconfig")
@@ -359,7 +371,7 @@ def start_agent(hosts):
         return
     env = dict(os.environ, KUBECONFIG=kc, NPUOPS_LAB_DIR=STATE)
     logf = open(os.path.join(STATE, "nodeagent.log"), "a")
-    p = subprocess.Popen([sys.executable, os.path.join(HERE, "nodeagent.py")] + sorted(hosts),
+    p = subprocess.Popen([sys.executable, os.path.join(HERE, "nodeagent.py")],
                          env=env, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
     with open(agent_pidfile(), "w") as f:
         f.write(str(p.pid))
@@ -407,12 +419,13 @@ def cmd_up(a):
                 errors.append("%s: %s" % (futs[f], e))
     if errors:
         raise SystemExit("hostctl up failed:\n" + "\n".join(errors))
-    start_agent(hosts)
+    start_agent()
     log("%d hosts up in %.0fs" % (len(hosts), time.time() - t0))
 
 
 def all_lab_containers():
-    r = podman("ps", "-a", "--filter", "label=npuops-lab-host", "--format", "{{.Names}}",
+    """Containers of THIS lab (state dir); another lab's hosts on the machine are left alone."""
+    r = podman("ps", "-a", "--filter", "label=npuops-lab-dir=" + STATE, "--format", "{{.Names}}",
                check=False, capture=True, quiet=True)
     return [x for x in (r.stdout or "").split() if x]
 
@@ -450,7 +463,9 @@ def cmd_spawn(a):
         spec["driver"] = a.driver
     img, repo = build_image(), build_repo()
     os.makedirs(HOSTS_DIR, exist_ok=True)
-    create_host(a.name, spec, img, repo)
+    create_host(a.name, spec, img, repo, node=a.node)
+    if a.node:
+        start_agent()
     if a.kernel or a.driver:
         provision(a.name, spec)
     print(cname(a.name))
@@ -485,6 +500,9 @@ def main():
     s.add_argument("--os", default="22.04", choices=sorted(OS))
     s.add_argument("--kernel")
     s.add_argument("--driver")
+    s.add_argument("--node", action="store_true",
+                   help="the node agent keeps this host behind the Node of the same name "
+                        "(create the Node yourself, annotated kwok.x-k8s.io/node=fake)")
     s.set_defaults(fn=cmd_spawn)
     s = sub.add_parser("rm")
     s.add_argument("name")

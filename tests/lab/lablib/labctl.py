@@ -22,13 +22,19 @@ SCENARIO = Path(os.environ.get("NPUOPS_LAB_SCENARIO", LAB / "scenario.yaml")).ab
 HOSTCTL = LAB / "hosts" / "hostctl"
 KUBECONFIG = STATE / "kubeconfig"
 # Fixed loopback ports, away from the defaults of a real cluster on the same machine.
-PORTS = {"etcd": 12379, "kube-apiserver": 16443, "kube-controller-manager": 16257,
-         "kube-scheduler": 16259, "kwok": 16247}
+# NPUOPS_LAB_PORT_OFFSET shifts all of them, so two labs (two NPUOPS_LAB_DIRs) can run side by side.
+_OFF = int(os.environ.get("NPUOPS_LAB_PORT_OFFSET", "0"))
+PORTS = {k: v + _OFF for k, v in {"etcd": 12379, "kube-apiserver": 16443, "kube-controller-manager": 16257,
+                                  "kube-scheduler": 16259, "kwok": 16247}.items()}
 ORDER = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]
 # Node lifecycle timing: kwok renews each node Lease every lease/4 = 5 s; the node-lifecycle
 # controller marks a node whose Lease is older than the grace period NotReady/Unknown.
 LEASE_S, GRACE, MONITOR = 20, "16s", "2s"
 FAKE_ANN = ("kwok.x-k8s.io/node", "fake")
+# kwok filters annotation selectors client-side and ignores a node that stops matching, so the
+# annotation alone cannot take a node offline. A label selector is evaluated by the apiserver: a
+# node whose label stops matching arrives as a watch DELETE and kwok stops renewing its Lease.
+HEARTBEAT = ("lab.npuops.io/heartbeat", "on")  # lablib.nodes.set_node_online flips it on/off
 SERVICE_CIDR, SERVICE_IP = "10.96.0.0/16", "10.96.0.1"
 
 
@@ -139,7 +145,7 @@ def start(name, exe, args):
     # New session: the lab outlives this command and is not hit by the terminal's Ctrl-C.
     p = subprocess.Popen([str(exe), *args], stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
                          start_new_session=True, cwd=STATE)
-    pidfile(name).write_text(json.dumps({"pid": p.pid, "exe": str(exe), "port": PORTS[name]}))
+    pidfile(name).write_text(json.dumps({"pid": p.pid, "exe": os.path.realpath(exe), "port": PORTS[name]}))
     return p
 
 
@@ -178,7 +184,7 @@ def load_scenario(path=None):
 def node_manifest(n, version):
     name = n["name"]
     labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-              "kubernetes.io/arch": "amd64", "type": "kwok"}
+              "kubernetes.io/arch": "amd64", "type": "kwok", HEARTBEAT[0]: HEARTBEAT[1]}
     labels.update({k: str(v) for k, v in (n.get("labels") or {}).items()})
     cap = {k: str(v) for k, v in (n.get("capacity") or {"cpu": "32", "memory": "256Gi", "pods": "110"}).items()}
     info = n.get("nodeInfo") or {}
@@ -240,6 +246,8 @@ def cmd_up():
         print(f"lab is already up ({STATE})")
         print(export)
         return 0
+    if STATE.exists() and not (STATE / "pids").is_dir():
+        die(f"{STATE} exists but is not lab state; remove it or set NPUOPS_LAB_DIR")
     if STATE.exists():
         log(f"labctl: stale or partial lab state in {STATE}; cleaning it up first")
         cmd_down()
@@ -297,7 +305,8 @@ def cmd_up():
     p3 = start("kwok", bins["kwok"], [
         f"--kubeconfig={STATE}/kwok.kubeconfig", f"--config={bins['stages']}",
         "--manage-all-nodes=false", f"--manage-nodes-with-annotation-selector={FAKE_ANN[0]}={FAKE_ANN[1]}",
-        "--manage-nodes-with-label-selector=", "--cidr=10.244.0.1/16", "--node-ip=127.0.0.1",
+        f"--manage-nodes-with-label-selector={HEARTBEAT[0]}={HEARTBEAT[1]}",
+        "--cidr=10.244.0.1/16", "--node-ip=127.0.0.1",
         f"--node-lease-duration-seconds={LEASE_S}", f"--server-address=127.0.0.1:{PORTS['kwok']}"])
     wait_for("kube-controller-manager /healthz",
              lambda: https_ok(PORTS["kube-controller-manager"], "/healthz"), 60, p, "kube-controller-manager")
@@ -323,8 +332,8 @@ def cmd_up():
 
 def cmd_down():
     t0 = time.time()
-    if not STATE.exists():
-        print("lab is not running")
+    if not (STATE / "pids").is_dir():  # never delete a directory that labctl did not create
+        print(f"lab is not running (no lab state in {STATE})")
         return 0
     if HOSTCTL.exists() and (STATE / "scenario.yaml").exists():
         if hostctl("down") != 0:

@@ -2,17 +2,18 @@
 Node Feature Discovery / GPU Feature Discovery labels, and the kubelet's status.nodeInfo.
 
 Used by the lab host agent (tests/lab/hosts) and by tests. All functions take a
-kubernetes.client.CoreV1Api. Mechanism (verified against kwok, see tests/lab/README.md):
+kubernetes.client.CoreV1Api. Mechanism (verified against kwok v0.8.0, see tests/lab/README.md):
 kwok manages (heartbeats, renews the Lease of, runs pods on) only nodes annotated
-kwok.x-k8s.io/node=fake. Removing the annotation makes the node silent like a dead kubelet; the
-node-lifecycle controller marks it Ready=Unknown (NotReady) after --node-monitor-grace-period
-and taints it node.kubernetes.io/unreachable. Re-adding it lets kwok take over again: Ready=True
-within a few seconds and the controller removes the taints.
+kwok.x-k8s.io/node=fake AND labelled lab.npuops.io/heartbeat=on. Setting the label to "off" makes
+the node silent like a dead kubelet (kwok's server-side label-selector watch drops it); the
+node-lifecycle controller marks it Ready=Unknown (NotReady) after --node-monitor-grace-period (16 s)
+and taints it node.kubernetes.io/unreachable. Back to "on": kwok takes it over again, Ready=True
+within seconds, and the controller lifts the taints. (Removing only the annotation does NOT work:
+kwok filters annotations client-side and keeps managing a node that stops matching.)
 """
 import time
 
-FAKE_ANNOTATION = "kwok.x-k8s.io/node"
-FAKE_VALUE = "fake"
+HEARTBEAT_LABEL = "lab.npuops.io/heartbeat"
 
 
 def is_ready(node):
@@ -25,15 +26,13 @@ def is_ready(node):
 
 def is_online(core_v1, name):
     """Whether the node is currently heartbeating (managed by kwok)."""
-    ann = core_v1.read_node(name).metadata.annotations or {}
-    return ann.get(FAKE_ANNOTATION) == FAKE_VALUE
+    return (core_v1.read_node(name).metadata.labels or {}).get(HEARTBEAT_LABEL) == "on"
 
 
 def set_node_online(core_v1, name, online: bool):
     """Start (online) or stop (offline) the node's heartbeat. Returns immediately; use
     wait_node_ready() to wait for the resulting Ready/NotReady transition."""
-    value = FAKE_VALUE if online else None  # None deletes the key in a merge patch
-    core_v1.patch_node(name, {"metadata": {"annotations": {FAKE_ANNOTATION: value}}})
+    core_v1.patch_node(name, {"metadata": {"labels": {HEARTBEAT_LABEL: "on" if online else "off"}}})
 
 
 def wait_node_ready(core_v1, name, ready: bool = True, timeout: float = 60, poll: float = 1):

@@ -1,0 +1,251 @@
+#!/usr/bin/python
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: npu_node_upgrade
+short_description: The Kubernetes side of one node's GPU/NPU driver upgrade, PDB-aware and resumable
+description:
+  - Runs the GPU/NPU operators' per-node upgrade state machine on the node's
+    C(<vendor>/...-driver-upgrade-state) label, in phases around the host work that Ansible does.
+  - C(prepare) resumes from the node's state label; upgrade-required, cordon-required (the prior
+    C(spec.unschedulable) is recorded in an annotation), wait-for-jobs-required, pod-deletion-required,
+    drain-required (when O(policy) enables it), operand deploy labels paused; it ends in
+    C(pod-restart-required), "ready for host work". A node already at O(target_version) is marked
+    upgrade-done without disruption.
+  - On a pod-deletion, drain or operand failure before any host change, schedulability and operand
+    labels are restored exactly as recorded, the node goes to C(upgrade-failed) with the reason
+    (naming PDBs and pods) and the task fails.
+  - C(reboot) marks C(reboot-required). C(finish) validates (node Ready, operand labels restored to their
+    exact previous values, operand pods Running and Ready, driver label equal to the target), uncordons
+    only when the upgrade cordoned the node, and ends in C(upgrade-done). C(fail) sets C(upgrade-failed)
+    with O(reason); the node stays cordoned. C(status) is read-only and reports the drain preflight.
+  - Every transition writes an annotation C(<prefix>-last-transition) (reason and time) and an Event on
+    the node. Waits are watches with bounded timeouts; transient API errors are retried with backoff.
+  - The vendor's skip label (C(nvidia.com/gpu-driver-upgrade.skip=true)) leaves the node alone.
+version_added: 0.1.0
+author: npuops.fleet maintainers
+extends_documentation_fragment:
+  - npuops.fleet.k8s_auth
+  - npuops.fleet.vendor
+options:
+  node:
+    description: Name of the Kubernetes node.
+    type: str
+    required: true
+  phase:
+    description: Which part of the upgrade to run.
+    type: str
+    choices: [prepare, reboot, finish, fail, status]
+    default: status
+  target_version:
+    description:
+      - Driver version the host will run after the upgrade, for example C(550.90.07); compared with the
+        node's driver-version labels. Required to start an upgrade; recorded on the node for O(phase=finish).
+    type: str
+  policy:
+    description:
+      - The operators' C(upgradePolicy) block as in Helm values (camelCase) or snake_case -
+        C(maxParallelUpgrades), C(maxUnavailable), C(waitForCompletion), C(npuPodDeletion)/C(gpuPodDeletion),
+        C(drain), C(reboot). Chart defaults apply. Unknown keys or invalid values fail before any change.
+    type: dict
+    default: {}
+  reason:
+    description: Failure reason for O(phase=fail), or the reason recorded for a reboot/finish transition.
+    type: str
+  admission_timeout:
+    description: Seconds prepare waits while the vendor's unavailable nodes are at C(maxUnavailable)
+      or C(maxParallelUpgrades) nodes are upgrading. 0 waits forever.
+    type: int
+    default: 600
+  operands_timeout:
+    description: Seconds to wait for paused operand pods to leave the node. 0 waits forever.
+    type: int
+    default: 300
+  validation_timeout:
+    description: Seconds finish waits for validation (node Ready, driver label, operand pods). 0 waits forever.
+    type: int
+    default: 600
+  retry_failed:
+    description: Whether prepare restarts a node in C(upgrade-failed) from C(upgrade-required).
+    type: bool
+    default: true
+attributes:
+  check_mode:
+    support: full
+    description: Reports the transitions and the pods that would be evicted; changes nothing.
+notes:
+  - The ClusterRole in C(deploy/rbac/npuops-fleet-clusterrole.yaml) lists exactly the API access needed.
+"""
+
+EXAMPLES = r"""
+- name: Cordon, drain and pause operands of the node (delegated to the control host)
+  npuops.fleet.npu_node_upgrade:
+    node: "{{ inventory_hostname }}"
+    vendor: nvidia
+    phase: prepare
+    target_version: "550.90.07"
+    policy:
+      drain: {enable: true, deleteEmptyDirData: true, timeoutSeconds: 600}
+      maxUnavailable: "25%"
+  delegate_to: localhost
+  register: prep
+
+- name: Validate and uncordon after the host work
+  npuops.fleet.npu_node_upgrade:
+    node: "{{ inventory_hostname }}"
+    phase: finish
+    target_version: "550.90.07"
+  delegate_to: localhost
+  when: prep.host_work_required or prep.state != 'upgrade-done'
+"""
+
+RETURN = r"""
+node: {description: Node name., returned: always, type: str}
+state: {description: State label value after the call., returned: always, type: str}
+previous_state: {description: State label value before the call., returned: always, type: str}
+transitions:
+  description: Transitions made (or, in check mode, that would be made), each with from, to, reason, time.
+  returned: always
+  type: list
+  elements: dict
+skipped: {description: True when the node carries the vendor's upgrade skip label., returned: always, type: bool}
+skip_reason: {description: Why the node was left alone., returned: always, type: str}
+at_target: {description: The node's driver-version label equals the target., returned: always, type: bool}
+host_work_required:
+  description: False when the node is already at the target (it was marked upgrade-done without disruption).
+  returned: always
+  type: bool
+evicted: {description: Pods evicted ("ns/name")., returned: always, type: list, elements: str}
+deleted: {description: Accelerator pods deleted by the pod-deletion step., returned: always, type: list, elements: str}
+would_evict:
+  description: Pods that would be evicted or deleted (check mode, status).
+  returned: always
+  type: list
+  elements: str
+cordoned_by_upgrade:
+  description: The node was schedulable before and the upgrade cordoned it (our record is on the node).
+  returned: always
+  type: bool
+blocking_pdbs:
+  description: PDBs covering pods on the node that allow 0 disruptions.
+  returned: always
+  type: list
+  elements: str
+driver_version: {description: Driver version from the node's labels., returned: always, type: str}
+api_requests: {description: Kubernetes API requests made by this call, by HTTP method., returned: always, type: dict}
+message: {description: What happened., returned: always, type: str}
+"""
+
+import traceback  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
+
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s_client import (  # noqa: E402
+    AUTH_ARG_SPEC,
+    HAS_KUBERNETES,
+    KUBERNETES_IMPORT_ERROR,
+    K8sAuthError,
+    get_api_client,
+)
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade_policy import PolicyError, parse_policy  # noqa: E402
+from ansible_collections.npuops.fleet.plugins.module_utils.vendor_profiles import (  # noqa: E402
+    PROFILE_ARG_SPEC,
+    ProfileError,
+    resolve_profile,
+)
+
+
+def count_requests(api_client):
+    """Wrap the REST client's request() to count API requests by method (reported as api_requests)."""
+    counts = {}
+    rest = api_client.rest_client
+    original = rest.request
+
+    def counting(method, *args, **kwargs):
+        counts[method] = counts.get(method, 0) + 1
+        return original(method, *args, **kwargs)
+
+    rest.request = counting
+    return counts
+
+
+def main():
+    argument_spec = dict(
+        node=dict(type="str", required=True),
+        phase=dict(type="str", default="status", choices=["prepare", "reboot", "finish", "fail", "status"]),
+        target_version=dict(type="str"),
+        policy=dict(type="dict", default={}),
+        reason=dict(type="str"),
+        admission_timeout=dict(type="int", default=600),
+        operands_timeout=dict(type="int", default=300),
+        validation_timeout=dict(type="int", default=600),
+        retry_failed=dict(type="bool", default=True),
+    )
+    argument_spec.update(AUTH_ARG_SPEC)
+    argument_spec.update(PROFILE_ARG_SPEC)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    if not HAS_KUBERNETES:
+        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
+
+    from ansible_collections.npuops.fleet.plugins.module_utils.node_upgrade import NodeUpgrade, UpgradeFailed
+
+    p = module.params
+    try:
+        policy = parse_policy(p["policy"])
+        profile = resolve_profile(p["vendor"], p["vendor_profile"], p["vendor_profiles"])
+    except (PolicyError, ProfileError) as exc:
+        module.fail_json(msg="invalid input, nothing was changed: %s" % exc, node=p["node"])
+    if p["phase"] == "fail" and not p["reason"]:
+        module.fail_json(msg="phase=fail needs a reason", node=p["node"])
+    try:
+        api_client = get_api_client(p)
+    except K8sAuthError as exc:
+        module.fail_json(msg=str(exc), node=p["node"])
+    counts = count_requests(api_client)
+
+    def secs(value):
+        return None if not value else value
+
+    upgrade = NodeUpgrade(
+        api_client,
+        profile,
+        policy,
+        p["node"],
+        target_version=p["target_version"],
+        check_mode=module.check_mode,
+        admission_timeout=secs(p["admission_timeout"]),
+        operands_timeout=secs(p["operands_timeout"]),
+        validation_timeout=secs(p["validation_timeout"]),
+        retry_failed=p["retry_failed"],
+    )
+    try:
+        result = upgrade.run(p["phase"], p["reason"])
+    except UpgradeFailed as exc:
+        result = dict(upgrade.result, api_requests=counts, changed=upgrade.changed)
+        result.pop("message", None)
+        for warning in upgrade.warnings:
+            module.warn(warning)
+        module.fail_json(msg=str(exc), **result)
+    except Exception as exc:  # noqa: BLE001 - API errors after retries, with context
+        status = getattr(exc, "status", None)
+        detail = "HTTP %s %s" % (status, getattr(exc, "reason", "")) if status else str(exc)
+        if status == 403:
+            detail += " (the ClusterRole in deploy/rbac/npuops-fleet-clusterrole.yaml lists the access needed)"
+        result = dict(upgrade.result, api_requests=counts, changed=upgrade.changed)
+        result.pop("message", None)
+        module.fail_json(
+            msg="node %s, phase %s, state %s: Kubernetes API error: %s"
+            % (p["node"], p["phase"], upgrade.state or "(none)", detail),
+            exception=traceback.format_exc(),
+            **result,
+        )
+    for warning in upgrade.warnings:
+        module.warn(warning)
+    result["api_requests"] = counts
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,233 @@
+#!/usr/bin/python
+# ruff: noqa: E402  (Ansible modules import after DOCUMENTATION/EXAMPLES/RETURN)
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: npu_upgrade_lease
+short_description: Run-wide maintenance lock as a Kubernetes Lease
+version_added: 0.1.0
+description:
+  - Takes, renews or releases a C(coordination.k8s.io/v1) Lease that marks "a driver/OS upgrade run
+    is in progress on this cluster", so two runs (two operators, a cron job and a human) never
+    drain and upgrade nodes at the same time.
+  - O(state=present) acquires the lease for O(holder) or renews it when O(holder) already holds it
+    (C(holderIdentity) = O(holder), C(leaseDurationSeconds) = O(ttl), C(renewTime) = now). If another
+    holder's lease is still valid (C(renewTime) + C(leaseDurationSeconds) > now) the task fails with
+    a message naming that holder and since when (C(acquireTime)). A lease that was not renewed within
+    its TTL is taken over; RV(taken_over) and RV(previous_holder) say so.
+  - O(state=absent) releases (deletes) the lease only when O(holder) holds it; a lease of another
+    holder is left alone (RV(changed=false), a warning).
+  - Writes use optimistic concurrency - a create fails if the lease appeared meanwhile, a replace or
+    delete carries the C(resourceVersion) that was read - and a conflict re-reads and decides again,
+    so of two concurrent acquirers exactly one wins.
+  - Renew it (run the task again) more often than O(ttl) during long runs, for example before each
+    batch (C(serial)).
+author:
+  - npuops maintainers (@npuops)
+extends_documentation_fragment:
+  - npuops.fleet.k8s_auth
+options:
+  name:
+    description:
+      - Lease name.
+    type: str
+    default: npuops-fleet-maintenance-window
+  namespace:
+    description:
+      - Namespace of the lease. C(kube-system) exists on every cluster and is where control-plane
+        leader-election leases live; RBAC there is usually admin-only, which suits a cluster-wide
+        maintenance lock. Use a dedicated namespace if the automation's account may not write there.
+    type: str
+    default: kube-system
+  holder:
+    description:
+      - Identity of this run, C(<controller host>/<pid or run id>), for example
+        C(ctl-1/20261129T0930-4711). Use the same value to renew and to release.
+    type: str
+    required: true
+  ttl:
+    description:
+      - C(leaseDurationSeconds) - seconds the lease stays valid after each acquire or renew.
+    type: int
+    default: 3600
+  state:
+    description:
+      - C(present) acquires or renews; C(absent) releases if held by O(holder).
+    type: str
+    choices: [present, absent]
+    default: present
+attributes:
+  check_mode:
+    support: full
+    description: Reads the lease and reports what would happen; writes nothing.
+  diff_mode:
+    support: none
+    description: No diff is produced; RV(lease) and RV(previous_holder) show the outcome.
+notes:
+  - Needs C(get), C(create), C(update), C(delete) on C(leases.coordination.k8s.io) in O(namespace).
+  - Clocks - validity is judged with this controller's clock against C(renewTime) written by the
+    holder's controller; keep controllers NTP-synchronised and O(ttl) well above any skew.
+"""
+
+EXAMPLES = r"""
+- name: Take the maintenance lock for this run (fails if another run holds it)
+  npuops.fleet.npu_upgrade_lease:
+    holder: "{{ lookup('ansible.builtin.pipe', 'hostname') }}/{{ run_id }}"
+    ttl: 1800
+  run_once: true
+  delegate_to: localhost
+
+- name: Release it at the end (only if we hold it)
+  npuops.fleet.npu_upgrade_lease:
+    holder: "{{ lookup('ansible.builtin.pipe', 'hostname') }}/{{ run_id }}"
+    state: absent
+  run_once: true
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+changed:
+  description: True when the lease was created, renewed, taken over or released.
+  returned: always
+  type: bool
+operation:
+  description: >-
+    What happened - C(create), C(renew), C(take_over) (expired lease of another holder),
+    C(acquire_free) (lease object without holder), C(release), C(absent) (nothing to release),
+    C(not_ours) (held by another holder; left alone).
+  returned: always
+  type: str
+  sample: create
+acquired:
+  description: Whether O(holder) holds the lease after the task (O(state=present)).
+  returned: always
+  type: bool
+taken_over:
+  description: True when an expired lease of another holder was taken over.
+  returned: always
+  type: bool
+previous_holder:
+  description: Holder before this task (empty when none).
+  returned: always
+  type: str
+  sample: ctl-1/4711
+holder:
+  description: Holder after the task; empty after a release.
+  returned: always
+  type: str
+acquire_time:
+  description: C(spec.acquireTime) after the task (RFC 3339, UTC).
+  returned: when the lease exists after the task
+  type: str
+  sample: "2026-11-29T09:30:00.000000Z"
+renew_time:
+  description: C(spec.renewTime) after the task.
+  returned: when the lease exists after the task
+  type: str
+expires:
+  description: C(renewTime) + C(leaseDurationSeconds).
+  returned: when the lease exists after the task
+  type: str
+lease:
+  description: The Lease object after the task (as planned in check mode); null after a release.
+  returned: always
+  type: dict
+"""
+
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s_client import (
+    AUTH_ARG_SPEC,
+    HAS_KUBERNETES,
+    KUBERNETES_IMPORT_ERROR,
+    K8sAuthError,
+    get_api_client,
+)
+from ansible_collections.npuops.fleet.plugins.module_utils.lease import (
+    DEFAULT_NAME,
+    DEFAULT_NAMESPACE,
+    LeaseHeldError,
+    LeaseManager,
+    lease_state,
+    now_utc,
+)
+
+
+def argument_spec():
+    spec = dict(AUTH_ARG_SPEC)
+    spec.update(
+        name={"type": "str", "default": DEFAULT_NAME},
+        namespace={"type": "str", "default": DEFAULT_NAMESPACE},
+        holder={"type": "str", "required": True},
+        ttl={"type": "int", "default": 3600},
+        state={"type": "str", "choices": ["present", "absent"], "default": "present"},
+    )
+    return spec
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    if not HAS_KUBERNETES:
+        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
+    p = module.params
+    holder = (p["holder"] or "").strip()
+    if not holder:
+        module.fail_json(msg="holder must not be empty")
+    if p["ttl"] < 1:
+        module.fail_json(msg="ttl must be >= 1 second, got %d" % p["ttl"])
+    where = "%s/%s" % (p["namespace"], p["name"])
+    try:
+        mgr = LeaseManager(get_api_client(p), p["namespace"], p["name"],
+                           labels={"app.kubernetes.io/managed-by": "npuops.fleet"})
+        if p["state"] == "present":
+            res = mgr.acquire(holder, p["ttl"], module.check_mode)
+        else:
+            res = mgr.release(holder, module.check_mode)
+    except LeaseHeldError as exc:
+        st = lease_state(exc.lease, now_utc())
+        module.fail_json(msg=str(exc), changed=False, operation="refuse", acquired=False, taken_over=False,
+                         previous_holder=st["holder"], holder=st["holder"], acquire_time=st["acquire_time"],
+                         renew_time=st["renew_time"], expires=st["expires"], lease=exc.lease)
+    except K8sAuthError as exc:
+        module.fail_json(msg=str(exc))
+    except Exception as exc:
+        status = getattr(exc, "status", None)
+        module.fail_json(
+            msg="lease %s: %s%s" % (where, "HTTP %s " % status if status else "", getattr(exc, "reason", None) or exc),
+            exception=traceback.format_exc(),
+        )
+    previous = res.get("previous") or {}
+    lease = res.get("lease")
+    st = lease_state(lease, now_utc()) if lease else {}
+    action = res["action"]
+    result = dict(
+        changed=res["changed"],
+        operation=action,
+        acquired=p["state"] == "present",
+        taken_over=action == "take_over",
+        previous_holder=previous.get("holder", ""),
+        holder=st.get("holder", "") if p["state"] == "present" or action == "not_ours" else "",
+        lease=lease,
+    )
+    if lease and p["state"] == "present":
+        result.update(acquire_time=st["acquire_time"], renew_time=st["renew_time"], expires=st["expires"])
+    if action == "take_over":
+        module.warn(
+            "lease %s of %s expired at %s (not renewed within %ss); taken over by %s"
+            % (where, previous.get("holder"), previous.get("expires"), previous.get("duration"), holder)
+        )
+        result["msg"] = "took over expired lease %s from %s" % (where, previous.get("holder"))
+    elif action == "not_ours":
+        module.warn("lease %s is held by %s, not %s; left alone" % (where, previous.get("holder"), holder))
+        result["msg"] = "lease %s is held by %s; not released" % (where, previous.get("holder"))
+    else:
+        result["msg"] = "lease %s: %s by %s" % (where, action, holder)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""npu_upgrade_lease on the lab: acquire, refuse, renew, take over, release, concurrency."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+
+import pytest
+from ansible_runner import run_module
+from kubernetes import client
+
+pytestmark = pytest.mark.lab
+NS = "kube-system"
+
+
+@pytest.fixture
+def lease_name(api_client):
+    name = "npuops-test-" + uuid.uuid4().hex[:8]
+    yield name
+    try:
+        client.CoordinationV1Api(api_client).delete_namespaced_lease(name, NS)
+    except client.ApiException as e:
+        if e.status != 404:
+            raise
+
+
+def lease_mod(kubeconfig, name, holder, check=False, **kw):
+    args = {"name": name, "holder": holder}
+    args.update(kw)
+    return run_module("npu_upgrade_lease", args, kubeconfig, check=check)
+
+
+def test_lease_lifecycle(lab_kubeconfig, api_client, lease_name):
+    coord = client.CoordinationV1Api(api_client)
+    # check mode writes nothing
+    r = lease_mod(lab_kubeconfig, lease_name, "ctl-a/1", check=True)
+    assert r["changed"] and r["operation"] == "create"
+    with pytest.raises(client.ApiException):
+        coord.read_namespaced_lease(lease_name, NS)
+
+    r = lease_mod(lab_kubeconfig, lease_name, "ctl-a/1", ttl=300)
+    assert not r.get("failed"), r.get("msg")
+    assert r["changed"] and r["operation"] == "create" and r["holder"] == "ctl-a/1" and r["acquired"]
+    lease = coord.read_namespaced_lease(lease_name, NS)
+    assert lease.spec.holder_identity == "ctl-a/1" and lease.spec.lease_duration_seconds == 300
+    acquired = r["acquire_time"]
+
+    # another holder is refused, with holder and since when in the message
+    r = lease_mod(lab_kubeconfig, lease_name, "ctl-b/2", ttl=300)
+    assert r["failed"] and r["operation"] == "refuse"
+    assert "held by ctl-a/1 since %s" % acquired in r["msg"]
+    assert coord.read_namespaced_lease(lease_name, NS).spec.holder_identity == "ctl-a/1"
+
+    # renew keeps acquireTime, moves renewTime
+    r = lease_mod(lab_kubeconfig, lease_name, "ctl-a/1", ttl=300)
+    assert r["operation"] == "renew" and r["acquire_time"] == acquired and r["renew_time"] > acquired
+
+    # absent by someone else: left alone
+    r = lease_mod(lab_kubeconfig, lease_name, "ctl-b/2", state="absent")
+    assert not r.get("failed") and r["changed"] is False and r["operation"] == "not_ours"
+    assert coord.read_namespaced_lease(lease_name, NS).spec.holder_identity == "ctl-a/1"
+
+    # released by the holder; a second release is a no-op
+    r = lease_mod(lab_kubeconfig, lease_name, "ctl-a/1", state="absent")
+    assert r["changed"] and r["operation"] == "release"
+    r = lease_mod(lab_kubeconfig, lease_name, "ctl-a/1", state="absent")
+    assert r["changed"] is False and r["operation"] == "absent"
+
+
+def test_expired_lease_is_taken_over(lab_kubeconfig, lease_name):
+    r = lease_mod(lab_kubeconfig, lease_name, "ctl-a/1", ttl=1)
+    assert r["operation"] == "create", r.get("msg")
+    time.sleep(1.5)
+    r = lease_mod(lab_kubeconfig, lease_name, "ctl-b/2", ttl=60)
+    assert not r.get("failed"), r.get("msg")
+    assert r["taken_over"] and r["operation"] == "take_over" and r["previous_holder"] == "ctl-a/1"
+    assert r["lease"]["spec"]["leaseTransitions"] == 1
+    assert "taken over by ctl-b/2" in json.dumps(r.get("warnings", []))
+
+
+def test_concurrent_acquirers_exactly_one_wins(api_client, lease_name):
+    """8 threads race for a fresh lease through the API (create + replace with resourceVersion)."""
+    from ansible_collections.npuops.fleet.plugins.module_utils.lease import LeaseHeldError, LeaseManager
+
+    start = threading.Barrier(8)
+    won, refused, errors = [], [], []
+
+    def contender(i):
+        mgr = LeaseManager(api_client, NS, lease_name)
+        start.wait()
+        try:
+            mgr.acquire("ctl-%d/1" % i, 60)
+            won.append(i)
+        except LeaseHeldError:
+            refused.append(i)
+        except Exception as e:  # noqa: BLE001
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=contender, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    assert len(won) == 1 and len(refused) == 7
+    holder = client.CoordinationV1Api(api_client).read_namespaced_lease(lease_name, NS).spec.holder_identity
+    assert holder == "ctl-%d/1" % won[0]
+
+
+def test_concurrent_takeover_of_expired_lease_exactly_one_wins(api_client, lease_name):
+    from ansible_collections.npuops.fleet.plugins.module_utils.lease import LeaseHeldError, LeaseManager
+
+    LeaseManager(api_client, NS, lease_name).acquire("old/0", 1)
+    time.sleep(1.5)
+    start = threading.Barrier(6)
+    won, refused, errors = [], [], []
+
+    def contender(i):
+        mgr = LeaseManager(api_client, NS, lease_name)
+        start.wait()
+        try:
+            r = mgr.acquire("ctl-%d/1" % i, 60)
+            won.append((i, r["operation"]))
+        except LeaseHeldError:
+            refused.append(i)
+        except Exception as e:  # noqa: BLE001
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=contender, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors and len(won) == 1 and len(refused) == 5
+    assert won[0][1] == "take_over"

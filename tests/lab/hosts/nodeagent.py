@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+"""Lab node agent: makes each lab host stand behind its kwok Node (started by `hostctl up`).
+
+Every ~2 s, per host (host name = Node name):
+  * host down (container stopped, or booting / shutting down: no ready marker) -> the Node's
+    heartbeat stops (set_node_online False) -> NotReady after the node-monitor grace period;
+  * host up after a reboot (boot marker changed) -> the Node stays offline until the control plane
+    has marked it NotReady (at most NOTREADY_WAIT_S), as a kubelet that was down for the reboot
+    would be seen; then labels + nodeInfo are refreshed and the heartbeat resumes;
+  * while up, labels follow the host's simulated state whenever it changes (NFD/GFD relabel):
+      feature.node.kubernetes.io/kernel-version.full            booted kernel
+      feature.node.kubernetes.io/system-os_release.ID/VERSION_ID /etc/os-release
+      nvidia.com/cuda.driver.major/minor/rev                   LOADED nvidia module, only when
+                       NVML would initialise (userspace == module), like GFD; stale otherwise
+      rebellions.ai/driver-version.full/major/minor/patch      LOADED rebellions module
+    and status.nodeInfo kernelVersion / osImage / bootID.
+State is read from the host side: $NPUOPS_LAB_DIR/hosts/<name>/{ready,kernel-release,os-release,
+sysmodule/} and the container's root filesystem (libnvidia-ml.so.1 link) via podman inspect.
+"""
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))  # tests/lab -> lablib
+os.environ.setdefault("CONTAINERS_CONF", os.path.join(HERE, "containers.conf"))
+from lablib import nodes as labnodes  # noqa: E402
+
+STATE = os.path.abspath(os.environ.get("NPUOPS_LAB_DIR", "/tmp/npuops-lab"))
+POLL_S = float(os.environ.get("NPUOPS_AGENT_POLL_S", "2"))
+NOTREADY_WAIT_S = float(os.environ.get("NPUOPS_AGENT_NOTREADY_WAIT_S", "60"))
+PREFIX = "npuops-"
+NVML_LINK = "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
+
+
+def log(msg):
+    print("[nodeagent %s] %s" % (time.strftime("%H:%M:%S"), msg), flush=True)
+
+
+def readf(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def agent_containers():
+    """{host name: running?} for this lab's hosts that stand behind a Node."""
+    r = subprocess.run(["podman", "ps", "-a", "--filter", "label=npuops-lab-agent=" + STATE,
+                        "--format", "{{.Names}} {{.State}}"], capture_output=True, text=True)
+    if r.returncode != 0:
+        return None
+    out = {}
+    for line in r.stdout.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0].startswith(PREFIX):
+            out[parts[0][len(PREFIX):]] = parts[1] == "running"
+    return out
+
+
+def merged_dir(name):
+    r = subprocess.run(["podman", "inspect", "-f", "{{.GraphDriver.Data.MergedDir}}",
+                        PREFIX + name], capture_output=True, text=True)
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def os_release(d):
+    out = {}
+    for line in (readf(os.path.join(d, "os-release")) or "").splitlines():
+        if "=" in line and not line.startswith("#"):
+            k, v = line.split("=", 1)
+            out[k] = v.strip().strip('"')
+    return out
+
+
+class Host:
+    def __init__(self, name):
+        self.name = name
+        self.dir = os.path.join(STATE, "hosts", name)
+        self.marker = None       # boot marker last seen up
+        self.online = None       # what we last set
+        self.offline_since = None
+        self.labels = None       # last labels pushed
+        self.info = None
+        self.rootfs = None
+        self.driver_labels = {}  # sticky (GFD keeps old labels while NVML fails)
+
+    def state_labels(self):
+        d = self.dir
+        labels = {}
+        kern = readf(os.path.join(d, "kernel-release"))
+        if kern:
+            labels["feature.node.kubernetes.io/kernel-version.full"] = kern
+        osr = os_release(d)
+        if osr.get("ID"):
+            labels["feature.node.kubernetes.io/system-os_release.ID"] = osr["ID"]
+        if osr.get("VERSION_ID"):
+            labels["feature.node.kubernetes.io/system-os_release.VERSION_ID"] = osr["VERSION_ID"]
+        nv = readf(os.path.join(d, "sysmodule", "nvidia", "version"))
+        if nv:
+            if self.rootfs is None:
+                self.rootfs = merged_dir(self.name)
+            lib = None
+            if self.rootfs:
+                try:
+                    lib = os.readlink(os.path.join(self.rootfs, NVML_LINK))
+                except OSError:
+                    lib = None
+            if lib and lib.endswith(".so." + nv):
+                p = nv.split(".") + ["", "", ""]
+                self.driver_labels = {"nvidia.com/cuda.driver.major": p[0],
+                                      "nvidia.com/cuda.driver.minor": p[1],
+                                      "nvidia.com/cuda.driver.rev": p[2]}
+        rb = readf(os.path.join(d, "sysmodule", "rebellions", "version"))
+        if rb:
+            p = rb.split(".") + ["", "", ""]
+            self.driver_labels = {"rebellions.ai/driver-version.full": rb,
+                                  "rebellions.ai/driver-version.major": p[0],
+                                  "rebellions.ai/driver-version.minor": p[1],
+                                  "rebellions.ai/driver-version.patch": p[2]}
+        labels.update(self.driver_labels)
+        info = {"kernel_version": kern, "os_image": osr.get("PRETTY_NAME"),
+                "boot_id": None}
+        if self.marker:
+            h = hashlib.sha1(("%s-%s" % (self.name, self.marker)).encode()).hexdigest()
+            info["boot_id"] = "%s-%s-%s-%s-%s" % (h[:8], h[8:12], h[12:16], h[16:20], h[20:32])
+        return labels, info
+
+    def step(self, api, running):
+        up_marker = readf(os.path.join(self.dir, "ready")) if running else None
+        if not up_marker:
+            if self.marker is None and self.online is None:
+                return  # first sight of a host that is still booting: wait for it
+            if self.online is not False:
+                labnodes.set_node_online(api, self.name, False)
+                log("%s: host down -> node offline" % self.name)
+                self.online = False
+                self.offline_since = time.monotonic()
+            self.rootfs = None
+            return
+        rebooted = self.marker is not None and up_marker != self.marker
+        if rebooted:
+            log("%s: host rebooted (boot marker %s -> %s)" % (self.name, self.marker, up_marker))
+            self.rootfs = None
+            if self.online is not False:
+                labnodes.set_node_online(api, self.name, False)
+                self.online = False
+                self.offline_since = time.monotonic()
+        self.marker = up_marker
+        labels, info = self.state_labels()
+        if labels != self.labels or info != self.info:
+            labnodes.refresh_labels(api, self.name, labels)
+            labnodes.set_node_info(api, self.name, **info)
+            log("%s: labels %s" % (self.name, labels))
+            self.labels, self.info = labels, info
+        if self.online is not True:
+            if self.online is False and self.offline_since is not None:
+                waited = time.monotonic() - self.offline_since
+                if waited < NOTREADY_WAIT_S and labnodes.is_ready(api.read_node(self.name)):
+                    return  # let the control plane notice the outage first
+            labnodes.set_node_online(api, self.name, True)
+            log("%s: host up -> node online" % self.name)
+            self.online = True
+            self.offline_since = None
+
+
+def main():
+    from kubernetes import client, config
+    from kubernetes.client.rest import ApiException
+    config.load_kube_config(os.environ.get("KUBECONFIG", os.path.join(STATE, "kubeconfig")))
+    api = client.CoreV1Api()
+    hosts = {}
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+    log("watching hosts labelled npuops-lab-agent=%s" % STATE)
+    while not stop:
+        seen = agent_containers()
+        if seen is not None:
+            for name in list(hosts):
+                if name not in seen:
+                    log("%s: host removed, no longer watched" % name)
+                    del hosts[name]
+            for name, running in sorted(seen.items()):
+                h = hosts.get(name)
+                if h is None:
+                    try:
+                        api.read_node(name)
+                    except ApiException as e:
+                        if e.status != 404:
+                            log("%s: error: %s" % (name, e))
+                        continue  # no Node (yet) for this host
+                    h = hosts[name] = Host(name)
+                    log("%s: watching" % name)
+                try:
+                    h.step(api, running)
+                except Exception as e:  # noqa: BLE001 - keep the agent alive
+                    log("%s: error: %s" % (name, e))
+        for _ in range(int(POLL_S * 10)):
+            if stop:
+                break
+            time.sleep(0.1)
+    log("stopped")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""In-memory stand-ins for CoreV1Api / PolicyV1Api: just what npu_node_upgrade calls, with the
+``_preload_content=False`` response shape (``.data`` JSON) and merge-patch semantics."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from kubernetes.client.rest import ApiException
+
+from ansible_collections.npuops.fleet.plugins.module_utils.eviction_rules import matches_label_selector_object
+
+
+class Resp:
+    def __init__(self, obj: Any) -> None:
+        self.data = json.dumps(obj)
+
+
+def merge(dst: dict, patch: dict) -> None:
+    for k, v in patch.items():
+        if v is None:
+            dst.pop(k, None)
+        elif isinstance(v, dict) and isinstance(dst.get(k), dict):
+            merge(dst[k], v)
+        else:
+            dst[k] = copy.deepcopy(v)
+
+
+def make_node(name: str, labels=None, unschedulable=False, ready=True) -> dict:
+    return {
+        "metadata": {"name": name, "uid": "uid-" + name, "labels": dict(labels or {}), "annotations": {}},
+        "spec": {"unschedulable": True} if unschedulable else {},
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
+
+
+class FakeCluster:
+    def __init__(self, nodes, pods=(), pdbs=()):
+        self.nodes = {n["metadata"]["name"]: n for n in nodes}
+        self.pods = list(pods)
+        self.pdbs = list(pdbs)
+        self.events: list[dict] = []
+        self.calls: list[str] = []
+        self.writes = 0
+        self.ds_controller = True  # remove DaemonSet pods whose nodeSelector no longer matches
+
+    # -- CoreV1Api --
+    def read_node(self, name, _preload_content=True):
+        self.calls.append("read_node")
+        return Resp(self.nodes[name])
+
+    def patch_node(self, name, body, _preload_content=True):
+        self.calls.append("patch_node")
+        self.writes += 1
+        merge(self.nodes[name], body)
+        if not self.nodes[name]["spec"].get("unschedulable"):
+            self.nodes[name]["spec"].pop("unschedulable", None)
+        if self.ds_controller:
+            labels = self.nodes[name]["metadata"]["labels"]
+            self.pods = [
+                p
+                for p in self.pods
+                if p["spec"].get("nodeName") != name
+                or all(labels.get(k) == v for k, v in (p["spec"].get("nodeSelector") or {}).items())
+            ]
+        return Resp(self.nodes[name])
+
+    def list_node(self, label_selector=None, field_selector=None, _preload_content=True, **_):
+        self.calls.append("list_node")
+        items = list(self.nodes.values())
+        if field_selector:
+            items = [n for n in items if n["metadata"]["name"] == field_selector.split("=", 1)[1]]
+        if label_selector:
+            key, value = label_selector.split("=", 1)
+            items = [n for n in items if n["metadata"]["labels"].get(key) == value]
+        return Resp({"items": items, "metadata": {"resourceVersion": "1"}})
+
+    def list_pod_for_all_namespaces(self, field_selector=None, _preload_content=True, **_):
+        self.calls.append("list_pod")
+        node = field_selector.split("=", 1)[1]
+        return Resp(
+            {"items": [p for p in self.pods if p["spec"].get("nodeName") == node], "metadata": {"resourceVersion": "1"}}
+        )
+
+    def create_namespaced_event(self, namespace, body, _preload_content=True):
+        self.events.append(body)
+        return Resp(body)
+
+    def _remove(self, name, ns):
+        before = len(self.pods)
+        self.pods = [p for p in self.pods if (p["metadata"]["name"], p["metadata"]["namespace"]) != (name, ns)]
+        if len(self.pods) == before:
+            raise ApiException(status=404, reason="Not Found")
+
+    def delete_namespaced_pod(self, name, ns, body=None, _preload_content=True):
+        self.writes += 1
+        self._remove(name, ns)
+        return Resp({})
+
+    def create_namespaced_pod_eviction(self, name, ns, body, _preload_content=True):
+        pod = next((p for p in self.pods if (p["metadata"]["name"], p["metadata"]["namespace"]) == (name, ns)), None)
+        if pod:
+            for pdb in self.pdbs:
+                if (
+                    pdb["metadata"]["namespace"] == ns
+                    and matches_label_selector_object(pod["metadata"].get("labels"), pdb["spec"]["selector"])
+                    and pdb["status"]["disruptionsAllowed"] < 1
+                ):
+                    exc = ApiException(status=429, reason="Too Many Requests")
+                    exc.body = json.dumps(
+                        {"message": "Cannot evict pod as it would violate the pod's disruption budget."}
+                    )
+                    raise exc
+        self.writes += 1
+        self._remove(name, ns)
+        return Resp({})
+
+    # -- PolicyV1Api --
+    def list_pod_disruption_budget_for_all_namespaces(self, _preload_content=True, **_):
+        return Resp({"items": self.pdbs, "metadata": {"resourceVersion": "1"}})

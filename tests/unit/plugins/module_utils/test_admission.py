@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+from ansible_collections.npuops.fleet.plugins.module_utils.admission import verdict
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade_policy import parse_policy
+from ansible_collections.npuops.fleet.plugins.module_utils.vendor_profiles import resolve_profile
+
+NV = resolve_profile("nvidia")
+
+
+def node(name, cordoned=False, ready=True, state=None):
+    labels = {NV["upgrade_state_label"]: state} if state else {}
+    return {
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"unschedulable": cordoned},
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
+
+
+def test_admitted_when_below_max_unavailable():
+    assert verdict(NV, parse_policy({}), "n1", [node("n0"), node("n1"), node("n2"), node("n3")]) is None
+
+
+def test_waits_at_max_unavailable_cordoned_or_notready():
+    nodes = [node("n0", cordoned=True), node("n1"), node("n2"), node("n3")]
+    why = verdict(NV, parse_policy({}), "n1", nodes)
+    assert why and "maxUnavailable 25%" in why and "n0" in why
+    nodes = [node("n0", ready=False), node("n1"), node("n2"), node("n3")]
+    assert verdict(NV, parse_policy({}), "n1", nodes)
+    assert verdict(NV, parse_policy({"maxUnavailable": 2, "maxParallelUpgrades": 0}), "n1", nodes) is None
+
+
+def test_self_already_unavailable_adds_nothing():
+    nodes = [node("n0"), node("n1", cordoned=True), node("n2"), node("n3")]
+    assert verdict(NV, parse_policy({}), "n1", nodes) is None
+
+
+def test_max_parallel_upgrades():
+    nodes = [node("n0", state="drain-required"), node("n1"), node("n2")]
+    why = verdict(NV, parse_policy({"maxUnavailable": "100%"}), "n1", nodes)
+    assert why and "maxParallelUpgrades 1" in why
+    assert verdict(NV, parse_policy({"maxUnavailable": "100%", "maxParallelUpgrades": 0}), "n1", nodes) is None
+    nodes[0] = node("n0", state="upgrade-failed")
+    assert verdict(NV, parse_policy({"maxUnavailable": "100%"}), "n1", nodes) is None

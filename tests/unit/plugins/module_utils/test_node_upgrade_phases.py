@@ -1,0 +1,244 @@
+"""NodeUpgrade phases against an in-memory cluster (the waits evaluate their predicate once)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fake_k8s import FakeCluster, make_node
+from upgrade_pod_fixtures import EMPTYDIR, pod
+
+from ansible_collections.npuops.fleet.plugins.module_utils import k8s_wait
+from ansible_collections.npuops.fleet.plugins.module_utils.node_upgrade import NodeUpgrade, UpgradeFailed
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade_policy import parse_policy
+from ansible_collections.npuops.fleet.plugins.module_utils.vendor_profiles import resolve_profile
+
+NV = resolve_profile("nvidia")
+STATE = NV["upgrade_state_label"]
+ANN = "nvidia.com/gpu-driver-upgrade-"
+DP = "nvidia.com/gpu.deploy.device-plugin"
+
+
+@pytest.fixture(autouse=True)
+def one_shot_waits(monkeypatch):
+    def wait_for(list_fn, predicate, timeout, **kw):
+        items = k8s_wait.list_raw(list_fn, **kw).get("items") or []
+        return k8s_wait.WaitResult(predicate(items), items, 0.0)
+
+    monkeypatch.setattr(k8s_wait, "wait_for", wait_for)
+
+
+def gpu_labels(version="535.183.06", **extra):
+    major, minor, rev = version.split(".")
+    labels = {
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/cuda.driver.major": major,
+        "nvidia.com/cuda.driver.minor": minor,
+        "nvidia.com/cuda.driver.rev": rev,
+        "nvidia.com/gpu.deploy.driver": "true",
+        DP: "true",
+    }
+    labels.update(extra)
+    return labels
+
+
+def on(node, p):
+    p["spec"]["nodeName"] = node
+    return p
+
+
+def cluster(n1_cordoned=False, pods=(), pdbs=(), **labels):
+    nodes = [
+        make_node("n0", gpu_labels()),
+        make_node("n1", gpu_labels(**labels), unschedulable=n1_cordoned),
+        make_node("n2", gpu_labels()),
+        make_node("n3", gpu_labels()),
+    ]
+    return FakeCluster(nodes, pods, pdbs)
+
+
+def run(c, phase, policy=None, target="550.90.07", check=False, reason=None, **kw):
+    up = NodeUpgrade(
+        None, NV, parse_policy(policy or {}), "n1", target_version=target, check_mode=check, core=c, policy_api=c, **kw
+    )
+    return up.run(phase, reason)
+
+
+def trainer_pods():
+    return [
+        on("n1", pod("trainer-1", ns="gpu-drv", labels={"app": "trainer"})),
+        on("n1", pod("dp-1", ns="gpu-drv", owner="DaemonSet", owner_name="device-plugin", node_selector={DP: "true"})),
+    ]
+
+
+def pdb(min_available, allowed):
+    return {
+        "metadata": {"name": "trainer-pdb", "namespace": "gpu-drv"},
+        "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": "trainer"}}},
+        "status": {"disruptionsAllowed": allowed, "currentHealthy": 4, "desiredHealthy": min_available},
+    }
+
+
+def test_prepare_then_finish_happy_path():
+    c = cluster(pods=trainer_pods())
+    res = run(c, "prepare", {"drain": {"enable": True}})
+    assert res["state"] == "pod-restart-required" and res["cordoned_by_upgrade"]
+    assert res["evicted"] == ["gpu-drv/trainer-1"]
+    node = c.nodes["n1"]
+    assert node["spec"]["unschedulable"] is True
+    assert node["metadata"]["annotations"][ANN + "unschedulable-before"] == "false"
+    assert node["metadata"]["labels"][DP] == "paused-for-driver-upgrade"
+    assert node["metadata"]["labels"]["nvidia.com/gpu.deploy.driver"] == "true"
+    assert json.loads(node["metadata"]["annotations"][ANN + "operand-labels-before"]) == {DP: "true"}
+    assert len(c.events) == len(res["transitions"]) == 6
+    assert all(e["involvedObject"]["kind"] == "Node" and e["involvedObject"]["name"] == "n1" for e in c.events)
+    assert "operands paused (%s)" % DP in res["transitions"][-1]["reason"]
+    assert not [p for p in c.pods if p["metadata"]["name"] == "dp-1"]  # the DaemonSet controller removed it
+
+    # Host work done: the driver label now says the target; the operand pod comes back Ready.
+    node["metadata"]["labels"].update(
+        {
+            "nvidia.com/cuda.driver.major": "550",
+            "nvidia.com/cuda.driver.minor": "90",
+            "nvidia.com/cuda.driver.rev": "07",
+        }
+    )
+    c.ds_controller = False  # dp-2 stands for the pod the DaemonSet brings back after the restore
+    c.pods.append(
+        on("n1", pod("dp-2", ns="gpu-drv", owner="DaemonSet", owner_name="device-plugin", node_selector={DP: "true"}))
+    )
+    res = run(c, "finish", target=None)  # target recorded on the node by prepare
+    assert res["state"] == "upgrade-done" and res["at_target"]
+    assert [t["to"] for t in res["transitions"]] == ["validation-required", "uncordon-required", "upgrade-done"]
+    assert not node["spec"].get("unschedulable")
+    assert node["metadata"]["labels"][DP] == "true"
+    assert [k for k in node["metadata"]["annotations"] if k.startswith(ANN)] == [ANN + "last-transition"]
+
+
+def test_operand_pod_that_does_not_leave_aborts_and_restores():
+    c = cluster(pods=trainer_pods())
+    c.ds_controller = False
+    with pytest.raises(UpgradeFailed) as err:
+        run(c, "prepare", operands_timeout=5)  # fake: the DaemonSet pod never leaves
+    assert "gpu-drv/dp-1" in str(err.value)
+    node = c.nodes["n1"]
+    assert node["metadata"]["labels"][DP] == "true" and not node["spec"].get("unschedulable")
+    assert node["metadata"]["labels"][STATE] == "upgrade-failed"
+
+
+def test_pdb_refusal_names_pdb_and_restores_schedulability_c13():
+    pods = [p for p in trainer_pods() if "trainer" in p["metadata"]["name"]]
+    c = cluster(pods=pods, pdbs=[pdb(4, 0)])
+    with pytest.raises(UpgradeFailed) as err:
+        run(c, "prepare", {"drain": {"enable": True, "timeoutSeconds": 1}})
+    msg = str(err.value)
+    assert "gpu-drv/trainer-pdb" in msg and "gpu-drv/trainer-1" in msg and "uncordoned" in msg
+    node = c.nodes["n1"]
+    assert not node["spec"].get("unschedulable") and node["metadata"]["labels"][STATE] == "upgrade-failed"
+    assert ANN + "unschedulable-before" not in node["metadata"]["annotations"]
+    assert c.events[-1]["type"] == "Warning"
+    # PDB relaxed: prepare retries from upgrade-failed and succeeds.
+    c.pdbs = [pdb(3, 1)]
+    res = run(c, "prepare", {"drain": {"enable": True, "timeoutSeconds": 1}})
+    assert res["state"] == "pod-restart-required" and res["previous_state"] == "upgrade-failed"
+    assert "retry after upgrade-failed" in res["transitions"][0]["reason"]
+
+
+def test_admin_cordoned_node_is_never_uncordoned_c15():
+    c = cluster(n1_cordoned=True)
+    res = run(c, "prepare")
+    assert not res["cordoned_by_upgrade"]
+    assert c.nodes["n1"]["metadata"]["annotations"][ANN + "unschedulable-before"] == "true"
+    c.nodes["n1"]["metadata"]["labels"].update(
+        {
+            "nvidia.com/cuda.driver.major": "550",
+            "nvidia.com/cuda.driver.minor": "90",
+            "nvidia.com/cuda.driver.rev": "07",
+        }
+    )
+    res = run(c, "finish")
+    assert res["state"] == "upgrade-done" and c.nodes["n1"]["spec"]["unschedulable"] is True
+    assert "left cordoned" in res["transitions"][-1]["reason"]
+
+
+def test_blockers_without_drain_fail_with_options_c14():
+    pods = [
+        on("n1", pod("bare", owner=None, resources={"limits": {"nvidia.com/gpu": "1"}})),
+        on("n1", pod("scratch", volumes=EMPTYDIR, resources={"limits": {"nvidia.com/gpu": "1"}})),
+    ]
+    c = cluster(pods=pods)
+    with pytest.raises(UpgradeFailed) as err:
+        run(c, "prepare")
+    assert "podDeletion.force" in str(err.value) and "podDeletion.deleteEmptyDirData" in str(err.value)
+    assert not c.nodes["n1"]["spec"].get("unschedulable")
+    res = run(c, "prepare", {"gpuPodDeletion": {"force": True, "deleteEmptyDirData": True}})
+    assert sorted(res["deleted"]) == ["default/bare", "default/scratch"]
+
+
+def test_at_target_is_done_without_disruption_c16():
+    c = cluster()
+    c.nodes["n1"]["metadata"]["labels"].update(
+        {
+            "nvidia.com/cuda.driver.major": "550",
+            "nvidia.com/cuda.driver.minor": "90",
+            "nvidia.com/cuda.driver.rev": "7",
+            STATE: "upgrade-required",
+        }
+    )
+    res = run(c, "prepare")
+    assert res["state"] == "upgrade-done" and not res["host_work_required"]
+    assert not c.nodes["n1"]["spec"].get("unschedulable")
+    # Not at target: an upgrade-required label never jumps to done.
+    c2 = cluster(**{STATE: "upgrade-required"})
+    res = run(c2, "prepare", check=True)
+    assert res["transitions"][-1]["to"] == "pod-restart-required" and res["host_work_required"]
+
+
+def test_check_mode_changes_nothing():
+    c = cluster(pods=trainer_pods(), pdbs=[pdb(4, 0)])
+    res = run(c, "prepare", {"drain": {"enable": True}}, check=True)
+    assert c.writes == 0 and not c.events and not res["changed"]
+    assert res["would_evict"] == ["gpu-drv/trainer-1"]
+    assert res["blocking_pdbs"] and "trainer-pdb" in res["blocking_pdbs"][0]
+
+
+def test_skip_label():
+    c = cluster(**{"nvidia.com/gpu-driver-upgrade.skip": "true"})
+    res = run(c, "prepare")
+    assert res["skipped"] and c.writes == 0
+
+
+def test_admission_waits_at_max_unavailable():
+    c = cluster()
+    c.nodes["n0"]["spec"]["unschedulable"] = True
+    with pytest.raises(UpgradeFailed) as err:
+        run(c, "prepare", admission_timeout=1)
+    assert "maxUnavailable 25%" in str(err.value) and "n0" in str(err.value) and c.writes == 0
+
+
+def test_reboot_and_fail_phases():
+    c = cluster()
+    run(c, "prepare")
+    res = run(c, "reboot")
+    assert res["state"] == "reboot-required"
+    res = run(c, "fail", reason="reboot timed out")
+    assert res["state"] == "upgrade-failed" and c.nodes["n1"]["spec"]["unschedulable"] is True
+    assert json.loads(c.nodes["n1"]["metadata"]["annotations"][ANN + "last-transition"])["reason"] == "reboot timed out"
+    res = run(c, "fail", reason="reboot timed out")
+    assert not res["changed"]
+
+
+def test_finish_before_prepare_is_an_error():
+    with pytest.raises(UpgradeFailed) as err:
+        run(cluster(), "finish")
+    assert "run prepare first" in str(err.value)
+
+
+def test_finish_validation_timeout_keeps_node_cordoned_c16():
+    c = cluster(pods=trainer_pods())
+    run(c, "prepare")
+    with pytest.raises(UpgradeFailed) as err:
+        run(c, "finish", validation_timeout=1)  # driver label still 535.183.06
+    assert "driver label says 535.183.06, target is 550.90.07" in str(err.value)
+    node = c.nodes["n1"]
+    assert node["metadata"]["labels"][STATE] == "upgrade-failed" and node["spec"]["unschedulable"] is True

@@ -1,0 +1,197 @@
+"""npu_driver_facts against a simulated host: commands and files are answered from dicts."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.npuops.fleet.plugins.modules import npu_driver_facts as mod
+
+FIX = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures")
+
+
+def fixture(name):
+    with open(os.path.join(FIX, name)) as f:
+        return f.read()
+
+
+DPKG_QUERY = (
+    "nvidia-utils-580-server\t580.159.03-0ubuntu0.22.04.1\tii \n"
+    "libnvidia-compute-580-server\t580.159.03-0ubuntu0.22.04.1\tii \n"
+    "nvidia-dkms-580-server-open\t580.159.03-0ubuntu0.22.04.1\thi \n"
+    "linux-image-5.15.0-177-generic\t5.15.0-177.187\tii \n"
+    "linux-modules-5.15.0-177-generic\t5.15.0-177.187\tii \n"
+    "linux-image-5.15.0-179-generic\t5.15.0-179.189\tii \n"
+    "linux-generic\t5.15.0.179.163\tii \n"
+    "unattended-upgrades\t2.8ubuntu1\tii \n"
+    "openssl\t3.0.2\tii \n"
+)
+APT_DUMP = (
+    'APT::Periodic::Unattended-Upgrade "1";\n'
+    'Unattended-Upgrade::Package-Blacklist "";\nUnattended-Upgrade::Package-Blacklist:: "nvidia-";\n'
+)
+
+
+class Host:
+    """The incident host of domain.md: userspace 580.159.03 installed, module 580.126.09 loaded."""
+
+    def __init__(self, smi_out, smi_rc, files, ondisk):
+        self.smi_out, self.smi_rc, self.files, self.ondisk = smi_out, smi_rc, files, ondisk
+        self.calls = []
+
+    def run(self, args, check=False):
+        self.calls.append(args)
+        cmd = os.path.basename(args[0])
+        if cmd == "uname":
+            return 0, "5.15.0-177-generic\n", ""
+        if cmd == "modinfo":
+            v = self.ondisk.get(args[2])
+            return (0, v + "\n", "") if v else (1, "", "modinfo: ERROR: Module nvidia not found.\n")
+        if cmd in ("nvidia-smi", "rbln-smi"):
+            return self.smi_rc, self.smi_out, ""
+        if cmd == "dpkg-query":
+            return 0, DPKG_QUERY, ""
+        if cmd == "dpkg":
+            return 0, "nvidia-dkms-580-server-open\thold\nopenssl\tinstall\n", ""
+        if cmd == "apt-config":
+            return 0, APT_DUMP, ""
+        if cmd == "systemctl":
+            return (0, "enabled\n", "") if args[1] == "is-enabled" else (0, "active\n", "")
+        raise AssertionError(args)
+
+
+def run_module(monkeypatch, host, args, boot=("vmlinuz-5.15.0-177-generic", "vmlinuz-5.15.0-179-generic")):
+    monkeypatch.setattr(mod.Facts, "run", lambda self, a, check=False: host.run(a, check))
+    monkeypatch.setattr(mod.Facts, "bin", lambda self, name: "/usr/bin/" + name)
+    monkeypatch.setattr(mod, "_read", lambda path: host.files.get(path))
+    monkeypatch.setattr(mod, "_read_log", lambda path: host.files.get(path, ""))
+    real_listdir = os.listdir
+    monkeypatch.setattr(mod.os, "listdir", lambda p: list(boot) if p == "/boot" else real_listdir(p))
+    monkeypatch.setattr(mod.os.path, "exists", lambda p: p in host.files)
+    monkeypatch.setattr(mod.os.path, "isdir", lambda p: False)
+    monkeypatch.setattr(mod.glob, "glob", lambda p: [])
+    with patch_module_args(args):
+        with pytest.raises(SystemExit):
+            mod.main()
+
+
+def result(capsys):
+    return json.loads(capsys.readouterr().out)
+
+
+def test_incident_host_mismatch(monkeypatch, capsys):
+    host = Host(
+        fixture("nvidia-smi-nvml-mismatch.txt"),
+        18,
+        {
+            "/proc/driver/nvidia/version": fixture("proc-driver-nvidia-version-open.txt"),
+            "/var/log/apt/history.log": fixture("apt-history-unattended.txt"),
+            "/var/run/reboot-required": "*** System restart required ***\n",
+            "/var/run/reboot-required.pkgs": "linux-image-5.15.0-179-generic\n",
+        },
+        {"5.15.0-177-generic": "580.126.09", "5.15.0-179-generic": "580.159.03"},
+    )
+    run_module(monkeypatch, host, {"vendor": "nvidia", "expected_version": "580.159.03"})
+    r = result(capsys)
+    assert r["changed"] is False
+    f = r["ansible_facts"]["npu_driver"]
+    assert f["running_kernel"] == "5.15.0-177-generic"
+    assert f["boot_kernel"] == "5.15.0-179-generic" and f["kernel_reboot_pending"] is True
+    assert f["loaded_version"] == "580.126.09" and f["loaded_source"] == "proc_driver"
+    assert f["on_disk_versions"] == {"5.15.0-177-generic": "580.126.09", "5.15.0-179-generic": "580.159.03"}
+    assert f["userspace_version"] == "580.159.03"
+    assert f["userspace_source"] == "dpkg:nvidia-utils-580-server"
+    assert f["smi"]["status"] == "mismatch" and f["smi"]["library_version"] == "580.159"
+    assert f["verdict"] == "reload_required"
+    assert "module reload or reboot required" in f["verdict_reason"]
+    assert f["expected_match"] is False
+    assert f["device_count"] is None
+    assert f["reboot_required"] is True and f["reboot_required_pkgs"] == ["linux-image-5.15.0-179-generic"]
+    assert f["held_packages"] == ["nvidia-dkms-580-server-open"]
+    assert set(f["installed_driver_packages"]) == {
+        "nvidia-utils-580-server",
+        "libnvidia-compute-580-server",
+        "nvidia-dkms-580-server-open",
+    }
+    assert f["booted_kernel_packages"] == ["linux-image-5.15.0-177-generic", "linux-modules-5.15.0-177-generic"]
+    assert f["kernel_meta_packages"] == ["linux-generic"]
+    uu = f["unattended_upgrades"]
+    assert uu["enabled"] is True and uu["blacklist"] == ["nvidia-"]
+    assert "libnvidia-*" in uu["uncovered_families"] and "linux-image-*" in uu["uncovered_families"]
+    last = f["last_driver_package_change"]
+    assert last["unattended"] and last["start"] == "2026-05-21 06:56:07"
+    assert r["verdict"] == f["verdict"]  # plain keys too
+
+
+def test_ok_host_with_query(monkeypatch, capsys):
+    host = Host(
+        fixture("nvidia-smi-query-ok.txt"),
+        0,
+        {"/sys/module/nvidia/version": "580.126.09\n"},
+        {"5.15.0-177-generic": "580.126.09"},
+    )
+    run_module(
+        monkeypatch,
+        host,
+        {"vendor": "nvidia", "smi_query_fields": ["index", "driver_version", "name", "memory.total"]},
+        boot=("vmlinuz-5.15.0-177-generic",),
+    )
+    f = result(capsys)["ansible_facts"]["npu_driver"]
+    assert f["loaded_source"] == "sys_module"
+    assert f["userspace_version"] == "580.126.09" and f["userspace_source"] == "smi"
+    assert f["device_count"] == 1 and f["devices"][0]["name"] == "NVIDIA GeForce RTX 5090"
+    assert f["verdict"] == "ok" and f["healthy"] is True
+    assert f["unattended_upgrades"]["uncovered_families"]  # only nvidia- blacklisted
+    assert ["/usr/bin/nvidia-smi", "--query-gpu=index,driver_version,name,memory.total", "--format=csv,noheader"] in (
+        host.calls
+    )
+
+
+def test_no_devices(monkeypatch, capsys):
+    host = Host(
+        fixture("nvidia-smi-no-devices.txt"),
+        6,
+        {"/sys/module/nvidia/version": "580.159.03\n"},
+        {"5.15.0-177-generic": "580.159.03"},
+    )
+    run_module(monkeypatch, host, {"vendor": "nvidia", "boot_kernel": "5.15.0-177-generic"})
+    f = result(capsys)["ansible_facts"]["npu_driver"]
+    assert f["boot_kernel_source"] == "param"
+    assert f["device_count"] == 0
+    assert f["verdict"] == "no_devices"
+
+
+def test_boot_kernel_without_module_c6(monkeypatch, capsys):
+    host = Host(
+        fixture("nvidia-smi-query-ok.txt"),
+        0,
+        {"/sys/module/nvidia/version": "580.126.09\n"},
+        {"5.15.0-177-generic": "580.126.09"},
+    )
+    run_module(monkeypatch, host, {"vendor": "nvidia"})
+    f = result(capsys)["ansible_facts"]["npu_driver"]
+    assert f["module_present_for_boot_kernel"] is False
+    assert f["verdict"] == "rebuild_required"
+    assert "5.15.0-179-generic" in f["verdict_reason"]
+
+
+def test_rebellions(monkeypatch, capsys):
+    host = Host(fixture("rbln-smi-two-devices.txt"), 0, {}, {"5.15.0-177-generic": "3.0.0"})
+    args = {"vendor": "rebellions", "expected_version": "3.0.0"}
+    run_module(monkeypatch, host, args, boot=("vmlinuz-5.15.0-177-generic",))
+    f = result(capsys)["ansible_facts"]["npu_driver"]
+    assert f["module"] == "rebellions"
+    assert f["loaded_version"] == "3.0.0" and f["loaded_source"] == "smi_kmd"
+    assert f["device_count"] == 2
+    # no rbln package installed in this fake host: expected version is the reference
+    assert f["verdict"] == "ok" and f["expected_match"] is True
+
+
+def test_unknown_vendor_fails(monkeypatch, capsys):
+    host = Host("", 0, {}, {})
+    run_module(monkeypatch, host, {"vendor": "amd"})
+    r = result(capsys)
+    assert r["failed"] and "unknown vendor 'amd'" in r["msg"]
