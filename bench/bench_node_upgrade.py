@@ -39,10 +39,11 @@ PREFIX = "nvidia.com/gpu-driver-upgrade"
 
 
 def apiserver_requests(api: client.ApiClient) -> int:
-    resp = api.call_api("/metrics", "GET", auth_settings=["BearerToken"], _preload_content=False)
-    data = resp[0].data.decode() if isinstance(resp, tuple) else resp.data.decode()
+    """Sum of apiserver_request_total over all series (client-certificate auth of the admin kubeconfig)."""
+    resp = api.call_api("GET", api.configuration.host + "/metrics")
+    resp.read()
     total = 0.0
-    for line in data.splitlines():
+    for line in resp.data.decode().splitlines():
         if line.startswith("apiserver_request_total{"):
             total += float(re.split(r"\s+", line)[-1])
     return int(total)

@@ -38,7 +38,22 @@ stage_unit() {
   pytest -q tests/unit
 }
 
-stage_integration() { :; }
+stage_integration() {
+  # The lab is started here and always stopped here (trap below), unless it was already up.
+  if ! tests/lab/labctl status >/dev/null 2>&1; then  # exit 0 only when every component runs
+    echo "== lab up"
+    LAB_STARTED_HERE=1
+    tests/lab/labctl up | tail -n 3
+  fi
+  eval "$(tests/lab/labctl env)"
+  echo "== pytest integration (lab)"
+  NPUOPS_REQUIRE_LAB=1 pytest -q -p no:cacheprovider tests/integration
+}
+
+cleanup() {
+  if [ -n "${LAB_STARTED_HERE:-}" ]; then echo "== lab down"; tests/lab/labctl down >/dev/null 2>&1 || true; fi
+}
+trap cleanup EXIT
 
 link_collection
 for s in "${stages[@]}"; do "stage_$s"; done

@@ -501,7 +501,9 @@ class NodeUpgrade:
             self.result["driver_version"] = version
             return True
 
-        left = lambda: None if deadline is None else max(0.0, deadline - time.monotonic())  # noqa: E731
+        def left() -> Optional[float]:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
         if not k8s_wait.wait_for(
             self.core.list_node, node_ok, left(), field_selector="metadata.name=%s" % self.name
         ).ok:

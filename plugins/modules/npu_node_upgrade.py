@@ -25,7 +25,8 @@ description:
     the node. Waits are watches with bounded timeouts; transient API errors are retried with backoff.
   - The vendor's skip label (C(nvidia.com/gpu-driver-upgrade.skip=true)) leaves the node alone.
 version_added: 0.1.0
-author: npuops.fleet maintainers
+author:
+  - npuops maintainers (@npuops)
 extends_documentation_fragment:
   - npuops.fleet.k8s_auth
   - npuops.fleet.vendor
@@ -134,7 +135,10 @@ blocking_pdbs:
   type: list
   elements: str
 driver_version: {description: Driver version from the node's labels., returned: always, type: str}
-api_requests: {description: Kubernetes API requests made by this call, by HTTP method., returned: always, type: dict}
+api_requests:
+  description: Kubernetes API requests made by this call, by HTTP method (watches count once).
+  returned: always
+  type: dict
 message: {description: What happened., returned: always, type: str}
 """
 

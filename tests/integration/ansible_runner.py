@@ -46,7 +46,8 @@ def run_tasks(tasks: list[dict], kubeconfig: str, check: bool = False, timeout: 
         cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(pb)]
         if check:
             cmd.append("--check")
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=tmp)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=tmp,
+                              check=False)
     try:
         out = json.loads(proc.stdout[proc.stdout.index("{"):])
     except ValueError as exc:

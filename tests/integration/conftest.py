@@ -38,6 +38,9 @@ def lab_kubeconfig():
 
         api = config.new_client_from_config(config_file=path)
         client.VersionApi(api).get_code(_request_timeout=5)
+        # Guard: never run these create/drain tests against a cluster that is not the lab.
+        if not client.CoreV1Api(api).list_node(label_selector="type=kwok", limit=1, _request_timeout=5).items:
+            raise RuntimeError("cluster has no type=kwok nodes, so it is not the lab")
         api.close()
     except Exception as e:  # noqa: BLE001 - any failure means "no lab"
         why = f"lab not reachable via {path}: {type(e).__name__}: {str(e)[:200]} (run `make lab-up`)"

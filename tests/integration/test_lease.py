@@ -122,7 +122,7 @@ def test_concurrent_takeover_of_expired_lease_exactly_one_wins(api_client, lease
         start.wait()
         try:
             r = mgr.acquire("ctl-%d/1" % i, 60)
-            won.append((i, r["operation"]))
+            won.append((i, r["action"]))
         except LeaseHeldError:
             refused.append(i)
         except Exception as e:  # noqa: BLE001

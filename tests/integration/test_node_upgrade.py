@@ -441,6 +441,25 @@ def _start_playbook(kubeconfig, tasks):
     )
 
 
+def descendants(pid):
+    """Child processes (recursively) of ``pid``, from /proc (ansible runs the module in its own session)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path("/proc/%s/stat" % entry).read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
 def test_killed_mid_drain_then_rerun_resumes(core_v1, policy_v1, kubeconfig, node_guard, trainer_with_pdb):
     node = node_guard("lab-node-1")
     policy = dict(FAST_DRAIN, drain={"enable": True, "timeoutSeconds": 300})
@@ -454,7 +473,11 @@ def test_killed_mid_drain_then_rerun_resumes(core_v1, policy_v1, kubeconfig, nod
         )
         time.sleep(2)  # inside the eviction retry loop (trainer-pdb refuses)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the process group this test started
+        for pid in [proc.pid, *descendants(proc.pid)]:  # only processes this test started
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         proc.wait()
     n = core_v1.read_node(node)
     assert n.spec.unschedulable and n.metadata.labels[STATE] == "drain-required"
@@ -477,3 +500,64 @@ def test_rbac_role_is_what_the_module_needs():
     assert verbs[("", "pods/eviction")] == {"create"}
     assert "delete" not in verbs[("", "nodes")] and "update" not in verbs[("", "nodes")]
     assert verbs[("policy", "poddisruptionbudgets")] == {"list"}
+
+
+def test_admission_waits_at_max_unavailable(core_v1, kubeconfig, node_guard):
+    node_guard("lab-node-0")
+    node = node_guard("lab-node-1")
+    core_v1.patch_node("lab-node-0", {"spec": {"unschedulable": True}})  # 1 of 3 GPU nodes unavailable
+    res = upgrade(kubeconfig, node, "prepare", target_version="560.35.03", admission_timeout=3)
+    assert res.get("failed") and "maxUnavailable 25%" in res["msg"] and "lab-node-0" in res["msg"], res.get("msg")
+    n = core_v1.read_node(node)
+    assert STATE not in (n.metadata.labels or {}) and not n.spec.unschedulable  # nothing changed
+
+
+def test_gpu_pod_deletion_and_reboot_path(core_v1, apps_v1, kubeconfig, node_guard):
+    node = node_guard("lab-node-2")
+    labels = {"app": "it-gpu-job"}
+    apps_v1.create_namespaced_deployment(
+        NS,
+        {
+            "metadata": {"name": "it-gpu-job"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "nodeSelector": {"kubernetes.io/hostname": node},
+                        "containers": [
+                            {
+                                "name": "c",
+                                "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+                                "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                            }
+                        ],
+                    },
+                },
+            },
+        },
+    )
+    try:
+        wait(
+            "gpu job running",
+            lambda: any(p.status.phase == "Running" for p in pods_on(core_v1, node, "app=it-gpu-job")),
+        )
+        res = upgrade(kubeconfig, node, "prepare", target_version="560.35.03", policy={"maxParallelUpgrades": 0})
+        assert not res.get("failed"), res.get("msg")
+        assert any(d.startswith("gpu-drv/it-gpu-job-") for d in res["deleted"]) and not res["evicted"]
+        assert "drain-required" not in [t["to"] for t in res["transitions"]]  # drain disabled by default
+        assert upgrade(kubeconfig, node, "reboot")["state"] == "reboot-required"
+        core_v1.patch_node(node, {"metadata": {"labels": driver_labels("560.35.03")}})
+        res = upgrade(kubeconfig, node, "finish")
+        assert not res.get("failed"), res.get("msg")
+        assert [t["to"] for t in res["transitions"]] == [
+            "reboot-validation-required",
+            "validation-required",
+            "uncordon-required",
+            "upgrade-done",
+        ]
+        assert not core_v1.read_node(node).spec.unschedulable
+    finally:
+        gone(apps_v1.delete_namespaced_deployment, "it-gpu-job", NS)
+        wait("gpu job gone", lambda: not core_v1.list_namespaced_pod(NS, label_selector="app=it-gpu-job").items)

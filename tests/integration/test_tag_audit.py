@@ -52,7 +52,7 @@ def by_name(res):
 
 
 def labctl(*args):
-    return subprocess.run([str(LABCTL), *args], capture_output=True, text=True, timeout=180)
+    return subprocess.run([str(LABCTL), *args], capture_output=True, text=True, timeout=180, check=False)
 
 
 @pytest.fixture

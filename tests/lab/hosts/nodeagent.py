@@ -18,6 +18,7 @@ State is read from the host side: $NPUOPS_LAB_DIR/hosts/<name>/{ready,kernel-rel
 sysmodule/} and the container's root filesystem (libnvidia-ml.so.1 link) via podman inspect.
 """
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -51,14 +52,14 @@ def readf(path):
 def agent_containers():
     """{host name: running?} for this lab's hosts that stand behind a Node."""
     r = subprocess.run(["podman", "ps", "-a", "--filter", "label=npuops-lab-agent=" + STATE,
-                        "--format", "{{.Names}} {{.State}}"], capture_output=True, text=True)
+                        "--format", "json"], capture_output=True, text=True)
     if r.returncode != 0:
         return None
     out = {}
-    for line in r.stdout.splitlines():
-        parts = line.split()
-        if len(parts) >= 2 and parts[0].startswith(PREFIX):
-            out[parts[0][len(PREFIX):]] = parts[1] == "running"
+    for c in json.loads(r.stdout or "[]"):
+        for n in c.get("Names") or []:
+            if n.startswith(PREFIX):
+                out[n[len(PREFIX):]] = c.get("State") == "running"
     return out
 
 

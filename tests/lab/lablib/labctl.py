@@ -350,7 +350,8 @@ def cmd_down():
                 os.kill(rec["pid"], signal.SIGKILL)
                 while alive(rec):
                     time.sleep(0.1)
-    busy = [f"{n}:{p}" for n, p in PORTS.items() if listening(p)]
+    ports = {n: (read_pid(n) or {}).get("port", p) for n, p in PORTS.items()}  # as recorded at up
+    busy = [f"{n}:{p}" for n, p in ports.items() if listening(p)]
     shutil.rmtree(STATE)
     if busy:
         die(f"ports still in use after down (not ours?): {busy}")
@@ -363,10 +364,10 @@ def cmd_status():
     print(f"state: {STATE} ({'present' if STATE.exists() else 'absent'})")
     for name in ORDER:
         rec = read_pid(name)
-        a = alive(rec)
+        a, port = alive(rec), (rec or {}).get("port", PORTS[name])
         up &= a
         print(f"{name:24} pid={rec['pid'] if rec else '-':<8} alive={'yes' if a else 'no':<4}"
-              f" port=127.0.0.1:{PORTS[name]} listening={'yes' if listening(PORTS[name]) else 'no'}")
+              f" port=127.0.0.1:{port} listening={'yes' if listening(port) else 'no'}")
     if up:
         print(kubectl("get", "nodes", check=False).stdout, end="")
         print(f"export KUBECONFIG={KUBECONFIG}")
@@ -390,9 +391,17 @@ def cmd_remove_node(name):
     return 0
 
 
+def cmd_env():
+    """Shell lines for `eval`: the lab's kubectl (matches the server) first on PATH, KUBECONFIG."""
+    if (STATE / "bins.json").exists():
+        print(f"export PATH={Path(read_state_bin('kubectl')).parent}:$PATH")
+    print(f"export KUBECONFIG={KUBECONFIG}")
+    return 0
+
+
 def main(argv):
     cmds = {"up": cmd_up, "down": cmd_down, "status": cmd_status,
-            "env": lambda: print(f"export KUBECONFIG={KUBECONFIG}") or 0,
+            "env": cmd_env,
             "add-node": cmd_add_node, "remove-node": cmd_remove_node}
     if not argv or argv[0] not in cmds:
         die(f"usage: labctl {{{'|'.join(cmds)}}} [NODE]")

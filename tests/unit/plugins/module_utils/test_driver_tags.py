@@ -164,8 +164,8 @@ def test_stale_labels():
     assert len(w) == 2
     assert "stale labels" in w[0] and "5.15.0-120-generic" in w[0]
     assert "osImage 'Ubuntu 22.04.4 LTS'" in w[1]
-    assert stale_label_warnings("n", nv_labels(), {"kernelVersion": "5.15.0-119-generic",
-                                                    "osImage": "Ubuntu 22.04.4 LTS"}) == []
+    fresh = {"kernelVersion": "5.15.0-119-generic", "osImage": "Ubuntu 22.04.4 LTS"}
+    assert stale_label_warnings("n", nv_labels(), fresh) == []
     assert stale_label_warnings("n", nv_labels(), None) == []
     r = compute_tag(labels, NV, "n", {"kernelVersion": "5.15.0-120-generic", "osImage": "Ubuntu 22.04.4 LTS"})
     assert len(r["warnings"]) == 2

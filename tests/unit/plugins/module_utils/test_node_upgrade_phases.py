@@ -242,3 +242,11 @@ def test_finish_validation_timeout_keeps_node_cordoned_c16():
     assert "driver label says 535.183.06, target is 550.90.07" in str(err.value)
     node = c.nodes["n1"]
     assert node["metadata"]["labels"][STATE] == "upgrade-failed" and node["spec"]["unschedulable"] is True
+
+
+def test_wait_for_jobs_timeout_proceeds_with_a_warning():
+    c = cluster(pods=[on("n1", pod("job-1", labels={"job": "train"}))])
+    res = run(c, "prepare", {"waitForCompletion": {"podSelector": "job=train", "timeoutSeconds": 1}})
+    assert res["state"] == "pod-restart-required"
+    wait_step = [t for t in res["transitions"] if t["from"] == "wait-for-jobs-required"][0]
+    assert "timed out" in wait_step["reason"] and "default/job-1" in wait_step["reason"]
