@@ -5,7 +5,8 @@ transition (core/v1 Event, involvedObject = the Node, shown by ``kubectl describ
 Annotation keys (``annotation_key(profile, suffix)``, e.g. ``nvidia.com/gpu-driver-upgrade-<suffix>``):
 ``last-transition`` (JSON from/to/reason/time, kept), ``unschedulable-before`` (spec.unschedulable
 before our cordon), ``operand-labels-before`` (JSON deploy labels before the pause),
-``operand-daemonsets`` (JSON operand DaemonSets seen on the node), ``target-version``.
+``operand-daemonsets`` (JSON operand DaemonSets seen on the node), ``target-version``,
+``boot-id-before`` (status.nodeInfo.bootID when the reboot was announced).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ UNSCHEDULABLE_BEFORE = "unschedulable-before"
 OPERAND_LABELS_BEFORE = "operand-labels-before"
 OPERAND_DAEMONSETS = "operand-daemonsets"
 TARGET_VERSION = "target-version"
-BOOKKEEPING = (UNSCHEDULABLE_BEFORE, OPERAND_LABELS_BEFORE, OPERAND_DAEMONSETS, TARGET_VERSION)
+BOOT_ID_BEFORE = "boot-id-before"
+BOOKKEEPING = (UNSCHEDULABLE_BEFORE, OPERAND_LABELS_BEFORE, OPERAND_DAEMONSETS, TARGET_VERSION, BOOT_ID_BEFORE)
 EVENT_NAMESPACE = "default"
 COMPONENT = "npuops.fleet/npu_node_upgrade"
 
@@ -59,8 +61,47 @@ def has_bookkeeping(profile: Mapping[str, Any], node: Mapping[str, Any]) -> bool
     return any(annotation_key(profile, s) in anns for s in (UNSCHEDULABLE_BEFORE, OPERAND_LABELS_BEFORE))
 
 
-def patch_node(core: Any, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
-    """Merge-patch the node; returns the node as a dict."""
+def _pointer(*parts: str) -> str:
+    return "/" + "/".join(p.replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def transition_ops(
+    node: Mapping[str, Any],
+    state_label: str,
+    frm: str,
+    to: str,
+    annotations: Mapping[str, Optional[str]],
+    labels: Optional[Mapping[str, Optional[str]]] = None,
+) -> list[dict[str, Any]]:
+    """JSON patch for a state transition: a ``test`` that the state label still says ``frm`` (so two
+    runs on one node cannot both move it), then the label and annotation changes (None = remove)."""
+    ops: list[dict[str, Any]] = []
+    current_labels, current_anns = (
+        (node.get("metadata") or {}).get("labels"),
+        (node.get("metadata") or {}).get("annotations"),
+    )
+    if frm:
+        ops.append({"op": "test", "path": _pointer("metadata", "labels", state_label), "value": frm})
+    for section, current, changes in (
+        ("labels", current_labels, dict(labels or {}, **{state_label: to})),
+        ("annotations", current_anns, annotations),
+    ):
+        if current is None:
+            values = {k: v for k, v in changes.items() if v is not None}
+            if values:
+                ops.append({"op": "add", "path": _pointer("metadata", section), "value": values})
+            continue
+        for key, value in changes.items():
+            if value is None:
+                if key in current:
+                    ops.append({"op": "remove", "path": _pointer("metadata", section, key)})
+            else:
+                ops.append({"op": "add", "path": _pointer("metadata", section, key), "value": value})
+    return ops
+
+
+def patch_node(core: Any, name: str, body: Any) -> dict[str, Any]:
+    """Patch the node (a dict = strategic merge patch, a list = JSON patch); returns the node as a dict."""
     resp = k8s_retry.call(core.patch_node, name, body, _preload_content=False)
     return json.loads(resp.data)
 
@@ -68,6 +109,10 @@ def patch_node(core: Any, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
 def read_node(core: Any, name: str) -> dict[str, Any]:
     resp = k8s_retry.call(core.read_node, name, _preload_content=False)
     return json.loads(resp.data)
+
+
+def boot_id(node: Mapping[str, Any]) -> str:
+    return ((node.get("status") or {}).get("nodeInfo") or {}).get("bootID") or ""
 
 
 def node_ready(node: Mapping[str, Any]) -> bool:

@@ -104,13 +104,22 @@ class NodeUpgrade:
         rec = sm.transition_record(self.state, to, reason, node_record.now_iso())
         self.result["transitions"].append(rec)
         if not self.check:
-            body = {
-                "metadata": {
-                    "labels": dict(labels or {}, **{self.profile["upgrade_state_label"]: to}),
-                    "annotations": dict(annotations or {}, **{self._ann(node_record.LAST_TRANSITION): json.dumps(rec)}),
-                }
-            }
-            self.node = node_record.patch_node(self.core, self.name, body)
+            anns = dict(annotations or {}, **{self._ann(node_record.LAST_TRANSITION): json.dumps(rec)})
+            ops = node_record.transition_ops(
+                self.node, self.profile["upgrade_state_label"], self.state, to, anns, labels
+            )
+            try:
+                self.node = node_record.patch_node(self.core, self.name, ops)
+            except Exception as exc:  # noqa: BLE001
+                if getattr(exc, "status", None) not in (409, 422):
+                    raise
+                now = node_record.labels(node_record.read_node(self.core, self.name)).get(
+                    self.profile["upgrade_state_label"]
+                )
+                raise UpgradeFailed(
+                    "node %s: state label changed from %s to %s meanwhile (another run or an admin is working on "
+                    "this node); nothing more was changed" % (self.name, self.state or "(none)", now)
+                )
             if self._labels().get(self.profile["upgrade_state_label"]) != to:
                 raise UpgradeFailed("node %s: state label did not change to %s" % (self.name, to))
             err = node_record.create_event(
@@ -198,7 +207,11 @@ class NodeUpgrade:
 
     def _phase_reboot(self, entry: sm.Entry, reason: Optional[str]) -> None:
         if entry.action == "resume":
-            self._transition(sm.REBOOT_REQUIRED, reason or "host reboot planned")
+            self._transition(
+                sm.REBOOT_REQUIRED,
+                reason or "host reboot planned",
+                annotations={self._ann(node_record.BOOT_ID_BEFORE): node_record.boot_id(self.node) or None},
+            )
         self.result["message"] = "node %s is in %s" % (self.name, self.state)
 
     def _phase_prepare(self, entry: sm.Entry, reason: Optional[str]) -> None:
@@ -220,6 +233,10 @@ class NodeUpgrade:
                 last = node_record.get_json_annotation(self.profile, self.node, node_record.LAST_TRANSITION) or {}
                 why = "retry after upgrade-failed (%s); %s" % (last.get("reason", "?"), why)
             self._transition(sm.UPGRADE_REQUIRED, why, annotations={self._ann(node_record.TARGET_VERSION): self.target})
+        if entry.action == "resume" and self.state != sm.CORDON_REQUIRED:
+            # Past the cordon step the node must be cordoned (an abort killed midway, or someone
+            # uncordoned it): cordon again, keeping the record if there is one.
+            self.node = cordon.cordon(self.core, self.profile, self.node, self.check)
         while True:
             nxt = sm.prepare_next(self.state, self.policy.drain.enable)
             if nxt is None:
@@ -261,19 +278,7 @@ class NodeUpgrade:
             if self.state == sm.REBOOT_REQUIRED:
                 self._transition(sm.REBOOT_VALIDATION_REQUIRED, reason or "host rebooted")
             elif self.state == sm.REBOOT_VALIDATION_REQUIRED:
-                limit = timeout_or_none(self.policy.reboot.reboot_timeout_seconds) or self.validation_timeout
-                ok = (
-                    self.check
-                    or k8s_wait.wait_for(
-                        self.core.list_node,
-                        lambda items: any(node_record.node_ready(i) for i in items),
-                        limit,
-                        field_selector="metadata.name=%s" % self.name,
-                    ).ok
-                )
-                if not ok:
-                    self._fail_validation("node did not become Ready within %ss after the reboot" % limit)
-                self._transition(sm.VALIDATION_REQUIRED, "node Ready after reboot")
+                self._wait_rebooted()
             elif self.state == sm.POD_RESTART_REQUIRED:
                 self._transition(sm.VALIDATION_REQUIRED, reason or "host work finished")
             elif self.state == sm.VALIDATION_REQUIRED:
@@ -296,6 +301,26 @@ class NodeUpgrade:
                 "node %s not admitted within admission_timeout=%ss: %s (nothing was changed)"
                 % (self.name, self.admission_timeout, why)
             )
+
+    def _wait_rebooted(self) -> None:
+        """Ready again with a new bootID (a Ready status posted before the reboot does not count)."""
+        limit = timeout_or_none(self.policy.reboot.reboot_timeout_seconds) or self.validation_timeout
+        before = node_record.get_annotation(self.profile, self.node, node_record.BOOT_ID_BEFORE)
+
+        def rebooted(items: list[dict[str, Any]]) -> bool:
+            return any(node_record.node_ready(i) and (not before or node_record.boot_id(i) != before) for i in items)
+
+        if not self.check:
+            res = k8s_wait.wait_for(self.core.list_node, rebooted, limit, field_selector="metadata.name=%s" % self.name)
+            if not res.ok:
+                now = res.items[0] if res.items else {}
+                why = (
+                    "not Ready"
+                    if not node_record.node_ready(now)
+                    else "still reports bootID %s (no reboot seen)" % before
+                )
+                self._fail_validation("node %s within %ss after the reboot" % (why, limit))
+        self._transition(sm.VALIDATION_REQUIRED, "node Ready after reboot (bootID changed)" if before else "node Ready")
 
     def _done_without_disruption(self) -> None:
         self.result["host_work_required"] = False

@@ -70,7 +70,13 @@ _TOP_SCALARS = {
 _TIMEOUT = {"timeoutSeconds": "timeout_seconds", "timeout_seconds": "timeout_seconds"}
 _SELECTOR = {"podSelector": "pod_selector", "pod_selector": "pod_selector"}
 _FORCE = {"force": "force"}
-_EMPTYDIR = {"deleteEmptyDirData": "delete_empty_dir_data", "delete_empty_dir_data": "delete_empty_dir_data"}
+# NVIDIA's Helm values and ClusterPolicy spell it deleteEmptyDir; kubectl/domain docs deleteEmptyDirData.
+_EMPTYDIR = {
+    "deleteEmptyDirData": "delete_empty_dir_data",
+    "delete_empty_dir_data": "delete_empty_dir_data",
+    "deleteEmptyDir": "delete_empty_dir_data",
+    "delete_empty_dir": "delete_empty_dir_data",
+}
 _ENABLE = {"enable": "enable"}
 _SUB_BLOCKS: dict[str, tuple[str, dict[str, str]]] = {
     "waitForCompletion": ("wait_for_completion", {**_TIMEOUT, **_SELECTOR}),

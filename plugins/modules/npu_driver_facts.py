@@ -85,7 +85,9 @@ verdict:
   returned: always
   type: str
 verdict_reason:
-  description: Human text, e.g. C(module reload or reboot required: kernel module 460.56 vs userspace 460.73.01).
+  description:
+    - Human text, for example C(module reload or reboot required - kernel module 460.56 vs userspace 460.73.01)
+      or C(a reboot will not fix this - the installed module is 520.56.06 ...).
   returned: always
   type: str
 healthy:

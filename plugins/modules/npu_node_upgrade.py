@@ -50,6 +50,8 @@ options:
       - The operators' C(upgradePolicy) block as in Helm values (camelCase) or snake_case -
         C(maxParallelUpgrades), C(maxUnavailable), C(waitForCompletion), C(npuPodDeletion)/C(gpuPodDeletion),
         C(drain), C(reboot). Chart defaults apply. Unknown keys or invalid values fail before any change.
+      - C(podDeletion) (ClusterPolicy) is accepted for C(npuPodDeletion)/C(gpuPodDeletion), and
+        C(deleteEmptyDir) (NVIDIA's spelling) for C(deleteEmptyDirData).
     type: dict
     default: {}
   reason:

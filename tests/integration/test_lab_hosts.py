@@ -175,7 +175,6 @@ def node_host(core_v1, lab_kubeconfig):
     """A scratch host standing behind its own kwok Node (so the shared scenario Nodes are left
     alone): the Node is created like labctl creates nodes, the host with `hostctl spawn --node`."""
     from kubernetes.client.rest import ApiException
-
     from lablib import nodes
 
     name = f"lab-hosttest-{uuid.uuid4().hex[:5]}"
@@ -267,8 +266,13 @@ def test_node_labels_follow_host_state(core_v1):
     for name, driver_label in (("lab-node-0", "nvidia.com/cuda.driver.major"),
                                ("lab-npu-0", "rebellions.ai/driver-version.full")):
         c = "npuops-" + name
-        if subprocess.run([str(PODMAN), "container", "exists", c]).returncode != 0:
-            pytest.fail(f"scenario host {c} is not running")
+        r = subprocess.run([str(PODMAN), "container", "inspect", "-f",
+                            "{{index .Config.Labels \"npuops-lab-dir\"}}", c],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.fail(f"scenario host {c} is not running (hostctl up)")
+        if Path(r.stdout.strip()) != lab_dir().absolute():
+            pytest.skip(f"{c} belongs to another lab ({r.stdout.strip()})")
         kernel = hx(c, "uname -r").stdout.strip()
         mod = "nvidia" if name.startswith("lab-node") else "rebellions"
         version = hx(c, f"cat /sys/module/{mod}/version").stdout.strip()

@@ -31,6 +31,7 @@ NS = "gpu-drv"
 STATE = "nvidia.com/gpu-driver-upgrade-state"
 SKIP = "nvidia.com/gpu-driver-upgrade.skip"
 ANN_PREFIX = "nvidia.com/gpu-driver-upgrade-"
+ANN_PREFIXES = ("nvidia.com/gpu-driver-upgrade-", "rebellions.ai/npu-driver-upgrade-")
 DRIVER = ("nvidia.com/cuda.driver.major", "nvidia.com/cuda.driver.minor", "nvidia.com/cuda.driver.rev")
 DEVICE_PLUGIN = "nvidia.com/gpu.deploy.device-plugin"
 FAST_DRAIN = {"drain": {"enable": True, "timeoutSeconds": 10}, "maxUnavailable": "100%", "maxParallelUpgrades": 0}
@@ -84,7 +85,7 @@ def node_guard(core_v1):
         node = core_v1.read_node(name)
         now_labels, now_ann = node.metadata.labels or {}, node.metadata.annotations or {}
         label_patch = {k: labels.get(k) for k in set(now_labels) | set(labels) if now_labels.get(k) != labels.get(k)}
-        ann_patch = {k: None for k in now_ann if k.startswith(ANN_PREFIX) and k not in anns}
+        ann_patch = {k: None for k in now_ann if k.startswith(ANN_PREFIXES) and k not in anns}
         core_v1.patch_node(
             name,
             {
@@ -561,3 +562,21 @@ def test_gpu_pod_deletion_and_reboot_path(core_v1, apps_v1, kubeconfig, node_gua
     finally:
         gone(apps_v1.delete_namespaced_deployment, "it-gpu-job", NS)
         wait("gpu job gone", lambda: not core_v1.list_namespaced_pod(NS, label_selector="app=it-gpu-job").items)
+
+
+def test_rebellions_npu_node_prepare_finish(core_v1, kubeconfig, node_guard):
+    node = node_guard("lab-npu-0")  # rebellions.ai/driver-version.full 2.4.0
+    args = {"vendor": "rebellions", "target_version": "3.0.0"}
+    res = upgrade(kubeconfig, node, "prepare", **args)
+    assert not res.get("failed"), res.get("msg")
+    assert res["driver_version"] == "2.4.0" and res["state"] == "pod-restart-required"
+    labels = core_v1.read_node(node).metadata.labels
+    assert labels["rebellions.ai/npu-driver-upgrade-state"] == "pod-restart-required"
+    assert labels["rebellions.ai/npu.deploy.device-plugin"] == "paused-for-driver-upgrade"
+    assert labels["rebellions.ai/npu.deploy.driver"] == "true"
+    core_v1.patch_node(node, {"metadata": {"labels": {"rebellions.ai/driver-version.full": "3.0.0"}}})
+    res = upgrade(kubeconfig, node, "finish", **args)
+    assert not res.get("failed"), res.get("msg")
+    n = core_v1.read_node(node)
+    assert res["state"] == "upgrade-done" and not n.spec.unschedulable
+    assert n.metadata.labels["rebellions.ai/npu.deploy.device-plugin"] == "true"

@@ -464,10 +464,10 @@ def cmd_spawn(a):
     img, repo = build_image(), build_repo()
     os.makedirs(HOSTS_DIR, exist_ok=True)
     create_host(a.name, spec, img, repo, node=a.node)
-    if a.node:
-        start_agent()
     if a.kernel or a.driver:
         provision(a.name, spec)
+    if a.node:
+        start_agent()
     print(cname(a.name))
 
 

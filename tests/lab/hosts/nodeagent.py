@@ -5,8 +5,9 @@ Every ~2 s, per host (host name = Node name):
   * host down (container stopped, or booting / shutting down: no ready marker) -> the Node's
     heartbeat stops (set_node_online False) -> NotReady after the node-monitor grace period;
   * host up after a reboot (boot marker changed) -> the Node stays offline until the control plane
-    has marked it NotReady (at most NOTREADY_WAIT_S), as a kubelet that was down for the reboot
-    would be seen; then labels + nodeInfo are refreshed and the heartbeat resumes;
+    has marked it NotReady and it has stayed so for MIN_NOTREADY_S (at most NOTREADY_WAIT_S in
+    all), as a kubelet that was down for the reboot would be seen; labels + nodeInfo are refreshed
+    at once and the heartbeat resumes after that;
   * while up, labels follow the host's simulated state whenever it changes (NFD/GFD relabel):
       feature.node.kubernetes.io/kernel-version.full            booted kernel
       feature.node.kubernetes.io/system-os_release.ID/VERSION_ID /etc/os-release
@@ -33,6 +34,7 @@ from lablib import nodes as labnodes  # noqa: E402
 STATE = os.path.abspath(os.environ.get("NPUOPS_LAB_DIR", "/tmp/npuops-lab"))
 POLL_S = float(os.environ.get("NPUOPS_AGENT_POLL_S", "2"))
 NOTREADY_WAIT_S = float(os.environ.get("NPUOPS_AGENT_NOTREADY_WAIT_S", "60"))
+MIN_NOTREADY_S = float(os.environ.get("NPUOPS_AGENT_MIN_NOTREADY_S", "6"))
 PREFIX = "npuops-"
 NVML_LINK = "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
 
@@ -85,6 +87,7 @@ class Host:
         self.marker = None       # boot marker last seen up
         self.online = None       # what we last set
         self.offline_since = None
+        self.notready_seen = None
         self.labels = None       # last labels pushed
         self.info = None
         self.rootfs = None
@@ -160,13 +163,21 @@ class Host:
             self.labels, self.info = labels, info
         if self.online is not True:
             if self.online is False and self.offline_since is not None:
-                waited = time.monotonic() - self.offline_since
-                if waited < NOTREADY_WAIT_S and labnodes.is_ready(api.read_node(self.name)):
-                    return  # let the control plane notice the outage first
+                now = time.monotonic()
+                if now - self.offline_since < NOTREADY_WAIT_S:
+                    # let the control plane notice the outage first, and keep the Node NotReady
+                    # for a few seconds (a kubelet needs a moment after boot) so it is observable
+                    if self.notready_seen is None:
+                        if labnodes.is_ready(api.read_node(self.name)):
+                            return
+                        self.notready_seen = now
+                    if now - self.notready_seen < MIN_NOTREADY_S:
+                        return
             labnodes.set_node_online(api, self.name, True)
             log("%s: host up -> node online" % self.name)
             self.online = True
             self.offline_since = None
+            self.notready_seen = None
 
 
 def main():

@@ -287,7 +287,7 @@ def main(out):
         # keep only this suite's packages
         keep = set(open(listing).read().split())
         stanzas = [s for s in pk.strip().split("\n\n")
-                   if any(l.startswith("Filename: ") and l[10:] in keep for l in s.splitlines())]
+                   if any(ln.startswith("Filename: ") and ln[10:] in keep for ln in s.splitlines())]
         text = "\n\n".join(stanzas) + "\n"
         with open(os.path.join(bdir, "Packages"), "w") as f:
             f.write(text)

@@ -27,6 +27,28 @@ def merge(dst: dict, patch: dict) -> None:
             dst[k] = copy.deepcopy(v)
 
 
+def _unpointer(path: str) -> list[str]:
+    return [p.replace("~1", "/").replace("~0", "~") for p in path.lstrip("/").split("/")]
+
+
+def json_patch(obj: dict, ops: list) -> None:
+    """The JSON patch subset transition_ops() emits; a failed ``test`` raises 422 like the apiserver."""
+    work = copy.deepcopy(obj)
+    for op in ops:
+        *parents, key = _unpointer(op["path"])
+        target = work
+        for part in parents:
+            target = target[part]
+        if op["op"] == "test" and target.get(key) != op["value"]:
+            raise ApiException(status=422, reason="Unprocessable Entity: test failed")
+        if op["op"] == "add":
+            target[key] = copy.deepcopy(op["value"])
+        elif op["op"] == "remove":
+            del target[key]
+    obj.clear()
+    obj.update(work)
+
+
 def make_node(name: str, labels=None, unschedulable=False, ready=True) -> dict:
     return {
         "metadata": {"name": name, "uid": "uid-" + name, "labels": dict(labels or {}), "annotations": {}},
@@ -53,7 +75,10 @@ class FakeCluster:
     def patch_node(self, name, body, _preload_content=True):
         self.calls.append("patch_node")
         self.writes += 1
-        merge(self.nodes[name], body)
+        if isinstance(body, list):
+            json_patch(self.nodes[name], body)
+        else:
+            merge(self.nodes[name], body)
         if not self.nodes[name]["spec"].get("unschedulable"):
             self.nodes[name]["spec"].pop("unschedulable", None)
         if self.ds_controller:

@@ -250,3 +250,72 @@ def test_wait_for_jobs_timeout_proceeds_with_a_warning():
     assert res["state"] == "pod-restart-required"
     wait_step = [t for t in res["transitions"] if t["from"] == "wait-for-jobs-required"][0]
     assert "timed out" in wait_step["reason"] and "default/job-1" in wait_step["reason"]
+
+
+def test_transition_ops_guard_the_state_label():
+    from ansible_collections.npuops.fleet.plugins.module_utils.node_record import transition_ops
+
+    node = {"metadata": {"labels": {STATE: "drain-required"}, "annotations": {"a/b": "1"}}}
+    ops = transition_ops(node, STATE, "drain-required", "pod-restart-required", {"a/b": None, "x/y": "2"})
+    assert ops[0] == {
+        "op": "test",
+        "path": "/metadata/labels/nvidia.com~1gpu-driver-upgrade-state",
+        "value": "drain-required",
+    }
+    assert {"op": "remove", "path": "/metadata/annotations/a~1b"} in ops
+    assert {"op": "add", "path": "/metadata/annotations/x~1y", "value": "2"} in ops
+    bare = transition_ops({"metadata": {"labels": {}}}, STATE, "", "upgrade-required", {"k": "v", "gone": None})
+    assert bare[-1] == {"op": "add", "path": "/metadata/annotations", "value": {"k": "v"}}
+
+
+def test_concurrent_state_change_is_detected():
+    c = cluster()
+    up = NodeUpgrade(None, NV, parse_policy({}), "n1", target_version="550.90.07", core=c, policy_api=c)
+    up.node = json.loads(json.dumps(c.nodes["n1"]))
+    up.state = "drain-required"  # this run believes drain-required; the node says otherwise
+    c.nodes["n1"]["metadata"]["labels"][STATE] = "upgrade-failed"
+    with pytest.raises(UpgradeFailed) as err:
+        up._transition("pod-restart-required", "x")
+    assert "changed from drain-required to upgrade-failed meanwhile" in str(err.value)
+    assert c.nodes["n1"]["metadata"]["labels"][STATE] == "upgrade-failed"
+
+
+def test_resume_past_cordon_recordons_an_uncordoned_node():
+    c = cluster(**{STATE: "drain-required"})  # e.g. killed after an abort had already uncordoned
+    res = run(c, "prepare", {"drain": {"enable": True}})
+    assert res["state"] == "pod-restart-required" and res["cordoned_by_upgrade"]
+    assert c.nodes["n1"]["spec"]["unschedulable"] is True
+
+
+def test_reboot_validation_needs_a_new_boot_id():
+    c = cluster()
+    c.nodes["n1"]["status"]["nodeInfo"] = {"bootID": "boot-1"}
+    run(c, "prepare")
+    run(c, "reboot")
+    assert c.nodes["n1"]["metadata"]["annotations"][ANN + "boot-id-before"] == "boot-1"
+    c.nodes["n1"]["metadata"]["labels"].update(
+        {
+            "nvidia.com/cuda.driver.major": "550",
+            "nvidia.com/cuda.driver.minor": "90",
+            "nvidia.com/cuda.driver.rev": "07",
+        }
+    )
+    with pytest.raises(UpgradeFailed) as err:
+        run(c, "finish", validation_timeout=1)  # Ready, but still the old boot: the reboot was not seen
+    assert "still reports bootID boot-1" in str(err.value)
+    assert c.nodes["n1"]["spec"]["unschedulable"] is True
+    c2 = cluster()
+    c2.nodes["n1"]["status"]["nodeInfo"] = {"bootID": "boot-1"}
+    run(c2, "prepare")
+    run(c2, "reboot")
+    c2.nodes["n1"]["status"]["nodeInfo"]["bootID"] = "boot-2"
+    c2.nodes["n1"]["metadata"]["labels"].update(
+        {
+            "nvidia.com/cuda.driver.major": "550",
+            "nvidia.com/cuda.driver.minor": "90",
+            "nvidia.com/cuda.driver.rev": "07",
+        }
+    )
+    res = run(c2, "finish")
+    assert res["state"] == "upgrade-done"
+    assert ANN + "boot-id-before" not in c2.nodes["n1"]["metadata"]["annotations"]

@@ -94,3 +94,18 @@ def test_max_unavailable_count():
     assert max_unavailable_count(0, 10) == 1  # never blocks every upgrade
     assert max_unavailable_count(3, 10) == 3
     assert timeout_or_none(0) is None and timeout_or_none(5) == 5
+
+
+def test_nvidia_cluster_policy_spelling():
+    """As in the GPU Operator's Helm values / ClusterPolicy: deleteEmptyDir, podDeletion."""
+    p = parse_policy(
+        {
+            "autoUpgrade": True,
+            "maxParallelUpgrades": 1,
+            "maxUnavailable": "25%",
+            "drain": {"deleteEmptyDir": True, "enable": True, "force": False, "timeoutSeconds": 300},
+            "podDeletion": {"deleteEmptyDir": True, "force": False, "timeoutSeconds": 300},
+            "waitForCompletion": {"timeoutSeconds": 0},
+        }
+    )
+    assert p.drain.delete_empty_dir_data and p.pod_deletion.delete_empty_dir_data
