@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(podman runc debootstrap apt-utils dpkg-dev uidmap slirp4netns fuse-overlayfs psmisc openssl shellcheck)
+APT_PACKAGES=(podman runc debootstrap apt-utils dpkg-dev gcc libc6-dev uidmap slirp4netns fuse-overlayfs psmisc openssl util-linux shellcheck)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -22,6 +22,7 @@ import pytest
 import yaml
 from ansible_runner import COLLECTIONS, run_module
 from kubernetes import client
+from lablib import nodes as labnodes  # tests/lab on sys.path via conftest.py
 
 pytestmark = pytest.mark.lab
 
@@ -548,7 +549,14 @@ def test_gpu_pod_deletion_and_reboot_path(core_v1, apps_v1, kubeconfig, node_gua
         assert not res.get("failed"), res.get("msg")
         assert any(d.startswith("gpu-drv/it-gpu-job-") for d in res["deleted"]) and not res["evicted"]
         assert "drain-required" not in [t["to"] for t in res["transitions"]]  # drain disabled by default
+        labnodes.set_node_info(core_v1, node, boot_id="it-boot-1")
         assert upgrade(kubeconfig, node, "reboot")["state"] == "reboot-required"
+        res = upgrade(kubeconfig, node, "finish", validation_timeout=3)  # no reboot seen: same bootID
+        assert res.get("failed") and "still reports bootID it-boot-1" in res["msg"], res.get("msg")
+        assert core_v1.read_node(node).spec.unschedulable
+        res = upgrade(kubeconfig, node, "prepare", target_version="560.35.03", policy={"maxParallelUpgrades": 0})
+        assert upgrade(kubeconfig, node, "reboot")["state"] == "reboot-required"
+        labnodes.set_node_info(core_v1, node, boot_id="it-boot-2")  # the kubelet after the reboot
         core_v1.patch_node(node, {"metadata": {"labels": driver_labels("560.35.03")}})
         res = upgrade(kubeconfig, node, "finish")
         assert not res.get("failed"), res.get("msg")

@@ -335,7 +335,7 @@ def cmd_down():
     if not (STATE / "pids").is_dir():  # never delete a directory that labctl did not create
         print(f"lab is not running (no lab state in {STATE})")
         return 0
-    if HOSTCTL.exists() and (STATE / "scenario.yaml").exists():
+    if HOSTCTL.exists():  # hosts are found by their state-dir label, so no scenario copy is needed
         if hostctl("down") != 0:
             log("labctl: warning: hostctl down failed; stopping the control plane anyway")
     for name in reversed(ORDER):  # kwok first, etcd last
