@@ -3,7 +3,7 @@
 # lab-node-1 535.183.06 -> 550.90.07 and lab-npu-0 2.4.0 -> 3.0.0 (lab-node-0/2 are already at
 # 550.90.07 and finish without disruption), then print the summary (also in ./reports/).
 # Environment: NPUOPS_LAB_DIR (lab state, default /tmp/npuops-lab), DEMO_HOSTS (host pattern, default all),
-# DEMO_ARGS (more ansible-playbook arguments), NPUOPS_REPORT_DIR (default ./reports).
+# DEMO_INVENTORY (default inventories/lab), DEMO_ARGS (more ansible-playbook arguments), NPUOPS_REPORT_DIR (default ./reports).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -29,7 +29,7 @@ export KUBECONFIG="$NPUOPS_LAB_DIR/kubeconfig"
 t1=$(date +%s)
 echo "== lab ready in $((t1 - t0)) s; running the maintenance window"
 rc=0
-ansible-playbook playbooks/maintenance_window.yml -i inventories/lab \
+ansible-playbook playbooks/maintenance_window.yml -i "${DEMO_INVENTORY:-inventories/lab}" \
     ${DEMO_HOSTS:+-e "maintenance_hosts=$DEMO_HOSTS"} \
     -e "maintenance_report_dir=$REPORTS" ${DEMO_ARGS:-} || rc=$?
 t2=$(date +%s)

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Shared documentation of the Kubernetes connection options (same names as kubernetes.core)."""
 

@@ -176,7 +176,7 @@ class LeaseManager:
 
     def acquire(self, holder: str, ttl: int, check_mode: bool = False, now_fn=now_utc) -> dict[str, Any]:
         """Returns ``{action, changed, taken_over, previous, lease}``; raises LeaseHeldError."""
-        for dummy in range(MAX_CONFLICT_RETRIES):
+        for _attempt in range(MAX_CONFLICT_RETRIES):
             lease = self.read()
             now = now_fn()
             decision = decide_acquire(lease, holder, now)
@@ -199,7 +199,7 @@ class LeaseManager:
         )
 
     def release(self, holder: str, check_mode: bool = False, now_fn=now_utc) -> dict[str, Any]:
-        for dummy in range(MAX_CONFLICT_RETRIES):
+        for _attempt in range(MAX_CONFLICT_RETRIES):
             lease = self.read()
             decision = decide_release(lease, holder, now_fn())
             if decision["action"] != "release":

@@ -1,8 +1,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """NodeUpgrade: runs one phase (prepare, reboot, finish, fail, status) of a node's driver upgrade on
 the Kubernetes API. The order of states is in ``upgrade_state_machine``; the steps' work lives in
-``cordon``, ``drain`` + ``eviction_rules``, ``operands`` and ``admission``; what is written on the
-node (label, annotations, events) in ``node_record``.
+``cordon``, ``drain`` + ``eviction_rules``, ``operands``, ``admission`` and ``upgrade_validation``;
+what is written on the node (label, annotations, events) in ``node_record``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from ansible_collections.npuops.fleet.plugins.module_utils import (
     k8s_wait,
     node_record,
     operands,
+    upgrade_validation,
 )
 from ansible_collections.npuops.fleet.plugins.module_utils import upgrade_state_machine as sm
 from ansible_collections.npuops.fleet.plugins.module_utils.driver_labels import node_driver_version, versions_equal
@@ -303,23 +304,12 @@ class NodeUpgrade:
             )
 
     def _wait_rebooted(self) -> None:
-        """Ready again with a new bootID (a Ready status posted before the reboot does not count)."""
         limit = timeout_or_none(self.policy.reboot.reboot_timeout_seconds) or self.validation_timeout
         before = node_record.get_annotation(self.profile, self.node, node_record.BOOT_ID_BEFORE)
-
-        def rebooted(items: list[dict[str, Any]]) -> bool:
-            return any(node_record.node_ready(i) and (not before or node_record.boot_id(i) != before) for i in items)
-
         if not self.check:
-            res = k8s_wait.wait_for(self.core.list_node, rebooted, limit, field_selector="metadata.name=%s" % self.name)
-            if not res.ok:
-                now = res.items[0] if res.items else {}
-                why = (
-                    "not Ready"
-                    if not node_record.node_ready(now)
-                    else "still reports bootID %s (no reboot seen)" % before
-                )
-                self._fail_validation("node %s within %ss after the reboot" % (why, limit))
+            why = upgrade_validation.wait_rebooted(self.core, self.name, before, limit)
+            if why:
+                self._fail_validation(why)
         self._transition(sm.VALIDATION_REQUIRED, "node Ready after reboot (bootID changed)" if before else "node Ready")
 
     def _done_without_disruption(self) -> None:
@@ -507,54 +497,17 @@ class NodeUpgrade:
         restored = self._restore_operands()
         if self.check:
             return "would restore operands %s and validate" % ", ".join(restored)
-        target, prof = self.target, self.profile
-        missing: dict[str, str] = {}
-
-        def node_ok(items: list[dict[str, Any]]) -> bool:
-            if not items:
-                missing["node"] = "node not found"
-                return False
-            n = items[0]
-            version = node_driver_version(prof, node_record.labels(n))
-            if not node_record.node_ready(n):
-                missing["node"] = "node not Ready"
-                return False
-            if target and not versions_equal(version, target):
-                missing["node"] = "driver label says %s, target is %s" % (version, target)
-                return False
-            missing.pop("node", None)
+        daemonsets = node_record.get_json_annotation(self.profile, self.node, node_record.OPERAND_DAEMONSETS) or []
+        why, version = upgrade_validation.wait_validated(
+            self.core, self.profile, self.name, self.target, daemonsets, deadline
+        )
+        if version:
             self.result["driver_version"] = version
-            return True
-
-        def left() -> Optional[float]:
-            return None if deadline is None else max(0.0, deadline - time.monotonic())
-
-        if not k8s_wait.wait_for(
-            self.core.list_node, node_ok, left(), field_selector="metadata.name=%s" % self.name
-        ).ok:
-            self._fail_validation("validation timed out after %ss: %s" % (self.validation_timeout, missing.get("node")))
-        self.result["at_target"] = bool(target)
-        daemonsets = node_record.get_json_annotation(prof, self.node, node_record.OPERAND_DAEMONSETS) or []
-
-        def operands_ok(items: list[dict[str, Any]]) -> bool:
-            missing["operands"] = ", ".join(operands.missing_operands(daemonsets, items))
-            return not missing["operands"]
-
-        if (
-            daemonsets
-            and not k8s_wait.wait_for(
-                self.core.list_pod_for_all_namespaces,
-                operands_ok,
-                left(),
-                field_selector="spec.nodeName=%s" % self.name,
-            ).ok
-        ):
-            self._fail_validation(
-                "validation timed out after %ss: operand pods not Running and Ready: %s"
-                % (self.validation_timeout, missing.get("operands"))
-            )
+        if why:
+            self._fail_validation("validation timed out after %ss: %s" % (self.validation_timeout, why))
+        self.result["at_target"] = bool(self.target)
         return "validated: node Ready, driver %s, operands ready (%s)" % (
-            self.result["driver_version"],
+            version,
             ", ".join(daemonsets) or "none recorded",
         )
 

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Vendor profiles: everything vendor-specific is data here, not branches in code.
 
@@ -77,7 +76,13 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
             "libnvidia-common-{branch}-server",
             "nvidia-utils-{branch}-server",
         ],
-        "package_families": ["nvidia-*", "libnvidia-*", "cuda-*", "xserver-xorg-video-nvidia-*", "linux-modules-nvidia-*"],
+        "package_families": [
+            "nvidia-*",
+            "libnvidia-*",
+            "cuda-*",
+            "xserver-xorg-video-nvidia-*",
+            "linux-modules-nvidia-*",
+        ],
         "package_version_suffix": "-0ubuntu1",
         "image": "nvcr.io/nvidia/driver",
         "tag_format": "{branch}-{kernel}-{os_tag}",
@@ -87,10 +92,9 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
     "rebellions": {
         "display_name": "Rebellions NPU",
         "presence_label": "rebellions.ai/npu.present",
-        "driver_version_labels": {"full": "rebellions.ai/npu.driver-version"},
-        # RBLN NPU Feature Discovery's keys (what the lab scenario publishes); read when the primary is absent.
+        # RBLN NPU Feature Discovery's keys; the split set is read when .full is absent.
+        "driver_version_labels": {"full": "rebellions.ai/driver-version.full"},
         "driver_version_labels_alt": {
-            "full": "rebellions.ai/driver-version.full",
             "major": "rebellions.ai/driver-version.major",
             "minor": "rebellions.ai/driver-version.minor",
             "patch": "rebellions.ai/driver-version.patch",
@@ -187,7 +191,7 @@ def resolve_profile(
 
 def validate_profile(vendor: str, profile: Mapping[str, Any]) -> None:
     """Raise ProfileError for missing required keys, unknown keys or wrong types."""
-    for key, typ in _REQUIRED_TYPES.items():
+    for key in _REQUIRED_TYPES:
         if key not in profile:
             raise ProfileError("vendor profile %r: required key %r is missing" % (vendor, key))
     for key, value in profile.items():

@@ -19,8 +19,8 @@ description:
   - Label keys - kernel C(feature.node.kubernetes.io/kernel-version.full), OS
     C(feature.node.kubernetes.io/system-os_release.ID) and C(.VERSION_ID) (NFD); driver NVIDIA
     C(nvidia.com/cuda.driver.major/minor/rev) (GFD; C(550)/C(90)/C(07) -> C(550.90.07), branch
-    C(550)), else C(nvidia.com/cuda.driver-version.*); Rebellions C(rebellions.ai/npu.driver-version),
-    else the RBLN NPU feature discovery set C(rebellions.ai/driver-version.full) (or C(.major/.minor/.patch)).
+    C(550)), else C(nvidia.com/cuda.driver-version.*); Rebellions the RBLN NPU feature discovery
+    label C(rebellions.ai/driver-version.full), else C(rebellions.ai/driver-version.major/.minor/.patch).
     Keys are profile data (C(driver_version_labels), C(driver_version_labels_alt)) and can be overridden.
   - A missing or empty label fails the task with a message naming the node and the label key; an
     unsupported OS fails with the list of supported ones. Labels that disagree with

@@ -76,14 +76,12 @@ def test_nvidia_alt_driver_labels():
     assert read_driver_version(labels, NV, "n")["version"] == "570.124.06"
 
 
-def test_rebellions_tag_lab_and_primary_keys():
+def test_rebellions_tag_full_and_split_keys():
     base = {KERNEL_LABEL: "6.8.0-90-generic", OS_ID_LABEL: "ubuntu", OS_VERSION_LABEL: "22.04"}
     lab = dict(base, **{"rebellions.ai/driver-version.full": "3.0.0"})
     r = compute_tag(lab, RB, "npu")
     assert r["tag"] == "3.0.0-6.8.0-90-generic-ubuntu22.04"
     assert image_ref(RB["image"], r["tag"]) == "rebellions/rbln-driver:3.0.0-6.8.0-90-generic-ubuntu22.04"
-    primary = dict(base, **{"rebellions.ai/npu.driver-version": "2.4.0"})
-    assert compute_tag(primary, RB, "npu")["tag"] == "2.4.0-6.8.0-90-generic-ubuntu22.04"
     parts = dict(base, **{"rebellions.ai/driver-version.major": "2", "rebellions.ai/driver-version.minor": "4",
                           "rebellions.ai/driver-version.patch": "0"})
     assert compute_tag(parts, RB, "npu")["tag"] == "2.4.0-6.8.0-90-generic-ubuntu22.04"
@@ -133,7 +131,7 @@ def test_driver_label_missing_names_primary_key():
     labels = nv_labels(major=None, minor=None, rev=None)
     with pytest.raises(LabelError, match="nvidia.com/cuda.driver.major"):
         compute_tag(labels, NV, "n")
-    with pytest.raises(LabelError, match="rebellions.ai/npu.driver-version"):
+    with pytest.raises(LabelError, match="rebellions.ai/driver-version.full"):
         compute_tag(nv_labels(), RB, "n")
 
 

@@ -1,0 +1,79 @@
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""When is a node's upgrade valid: the bounded waits of the finish phase (watches via k8s_wait).
+
+``wait_rebooted``: Ready again with a bootID different from the one recorded when the reboot was
+announced (a Ready status posted before the host went down does not count).
+``wait_validated``: node Ready, its driver-version label equal to the target, and a Running+Ready pod
+on the node for every operand DaemonSet recorded before the pause (the validator included).
+Each returns None when valid, otherwise the reason, for the upgrade-failed annotation and Event.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping, Optional
+
+from ansible_collections.npuops.fleet.plugins.module_utils import k8s_wait, node_record, operands
+from ansible_collections.npuops.fleet.plugins.module_utils.driver_labels import node_driver_version, versions_equal
+
+
+def wait_rebooted(core: Any, name: str, boot_id_before: Optional[str], timeout: Optional[float]) -> Optional[str]:
+    def rebooted(items: list[dict[str, Any]]) -> bool:
+        return any(
+            node_record.node_ready(i) and (not boot_id_before or node_record.boot_id(i) != boot_id_before)
+            for i in items
+        )
+
+    res = k8s_wait.wait_for(core.list_node, rebooted, timeout, field_selector="metadata.name=%s" % name)
+    if res.ok:
+        return None
+    now = res.items[0] if res.items else {}
+    why = (
+        "not Ready" if not node_record.node_ready(now) else "still reports bootID %s (no reboot seen)" % boot_id_before
+    )
+    return "node %s within %ss after the reboot" % (why, timeout)
+
+
+def wait_validated(
+    core: Any,
+    profile: Mapping[str, Any],
+    name: str,
+    target: Optional[str],
+    daemonsets: list[str],
+    deadline: Optional[float],
+) -> tuple[Optional[str], Optional[str]]:
+    """(failure reason or None, driver version seen on the node)."""
+    seen: dict[str, Any] = {"version": None, "why": None}
+
+    def left() -> Optional[float]:
+        return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+    def node_ok(items: list[dict[str, Any]]) -> bool:
+        if not items:
+            seen["why"] = "node not found"
+            return False
+        seen["version"] = node_driver_version(profile, node_record.labels(items[0]))
+        if not node_record.node_ready(items[0]):
+            seen["why"] = "node not Ready"
+        elif target and not versions_equal(seen["version"], target):
+            seen["why"] = "driver label says %s, target is %s" % (seen["version"], target)
+        else:
+            seen["why"] = None
+        return seen["why"] is None
+
+    if not k8s_wait.wait_for(core.list_node, node_ok, left(), field_selector="metadata.name=%s" % name).ok:
+        return seen["why"], seen["version"]
+
+    def operands_ok(items: list[dict[str, Any]]) -> bool:
+        missing = operands.missing_operands(daemonsets, items)
+        seen["why"] = "operand pods not Running and Ready: %s" % ", ".join(missing) if missing else None
+        return not missing
+
+    if (
+        daemonsets
+        and not k8s_wait.wait_for(
+            core.list_pod_for_all_namespaces, operands_ok, left(), field_selector="spec.nodeName=%s" % name
+        ).ok
+    ):
+        return seen["why"], seen["version"]
+    return None, seen["version"]
