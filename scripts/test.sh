@@ -48,6 +48,9 @@ stage_integration() {
   eval "$(tests/lab/labctl env)"
   echo "== pytest integration (lab)"
   NPUOPS_REQUIRE_LAB=1 pytest -q -p no:cacheprovider tests/integration
+  echo "== molecule (extensions/molecule, on scratch lab hosts)"
+  tests/lab/hosts/hostctl build >/dev/null  # once, so parallel spawns never race on a stale image
+  molecule test --all
 }
 
 cleanup() {
