@@ -25,6 +25,9 @@ sanity: bootstrap
 integration: bootstrap
 	@scripts/test.sh integration
 
+molecule: bootstrap
+	@eval "$$(tests/lab/labctl env)" && scripts/test.sh molecule
+
 demo: bootstrap
 	@scripts/demo.sh
 

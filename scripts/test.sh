@@ -48,7 +48,12 @@ stage_integration() {
   eval "$(tests/lab/labctl env)"
   echo "== pytest integration (lab)"
   NPUOPS_REQUIRE_LAB=1 pytest -q -p no:cacheprovider tests/integration
+  stage_molecule
+}
+
+stage_molecule() {
   echo "== molecule (extensions/molecule, on scratch lab hosts)"
+  [ -n "${KUBECONFIG:-}" ] || { echo "molecule needs the lab: run make lab-up first" >&2; return 1; }
   tests/lab/hosts/hostctl build >/dev/null  # once, so parallel spawns never race on a stale image
   molecule test --all
 }

@@ -6,24 +6,16 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-
-def _from_label_set(labels: Mapping[str, str], keys: Mapping[str, str]) -> Optional[str]:
-    if not keys:
-        return None
-    if keys.get("full") and labels.get(keys["full"]):
-        return labels[keys["full"]]
-    parts = [labels.get(keys[k]) for k in ("major", "minor", "rev") if k in keys]
-    if parts and all(parts):
-        return ".".join(parts)
-    return None
+from ansible_collections.npuops.fleet.plugins.module_utils.node_facts import LabelError, read_driver_version
 
 
 def node_driver_version(profile: Mapping[str, Any], labels: Optional[Mapping[str, str]]) -> Optional[str]:
-    """``550.90.07`` from the profile's driver-version labels (then the alternative set); None if absent."""
-    labels = labels or {}
-    return _from_label_set(labels, profile.get("driver_version_labels") or {}) or _from_label_set(
-        labels, profile.get("driver_version_labels_alt") or {}
-    )
+    """``550.90.07`` from the profile's driver-version labels (same rule as the audit:
+    node_facts.read_driver_version); None when the node does not advertise a usable version."""
+    try:
+        return read_driver_version(labels or {}, profile, "<node>")["version"]
+    except LabelError:
+        return None
 
 
 def _parts(version: str) -> list[Any]:

@@ -74,11 +74,9 @@ def driver_verdict(
         )
     if reference and disk_n and not versions_match(disk_n, reference):
         if loaded_n and versions_match(loaded_n, disk_n):
-            reason = "a reboot will not fix this: the installed module is %s (for %s), userspace is %s; " \
-                "module build/install is wrong" % (
-                disk_n,
-                kernel,
-                reference,
+            reason = (
+                "a reboot will not fix this: the installed module is %s (for %s), userspace is %s; "
+                "module build/install is wrong" % (disk_n, kernel, reference)
             )
         else:
             reason = "module build/install is wrong: the module on disk for %s is %s, userspace is %s%s" % (

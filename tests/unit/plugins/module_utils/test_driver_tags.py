@@ -180,3 +180,13 @@ def test_stale_labels():
 )
 def test_image_ref(repo, registry, expected):
     assert image_ref(repo, "t", registry) == expected
+
+
+def test_upgrade_side_reads_split_rebellions_labels_like_the_audit():
+    # The node-upgrade validation and the audit must read the same version (3/0/1 -> 3.0.1, not 3.0).
+    from ansible_collections.npuops.fleet.plugins.module_utils.driver_labels import node_driver_version
+
+    labels = {"rebellions.ai/driver-version.major": "3", "rebellions.ai/driver-version.minor": "0",
+              "rebellions.ai/driver-version.patch": "1"}
+    assert node_driver_version(RB, labels) == "3.0.1"
+    assert node_driver_version(NV, {}) is None
