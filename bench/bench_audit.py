@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Benchmark: npu_matrix_audit on a 5,000-node GPU fleet vs the per-node shell loop (issue 4).
 
 1. Creates N (default 5,000) GPU nodes in the lab with the labels NFD/GFD would set, in parallel
@@ -121,7 +121,7 @@ def create_nodes(core: client.CoreV1Api) -> float:
 
 def delete_nodes(core: client.CoreV1Api) -> None:
     core.delete_collection_node(label_selector=SELECTOR, _preload_content=False)
-    for _ in range(120):
+    for _attempt in range(120):
         left = json.loads(core.list_node(label_selector=SELECTOR, limit=1, _preload_content=False).data)["items"]
         if not left:
             return
@@ -131,7 +131,7 @@ def delete_nodes(core: client.CoreV1Api) -> None:
 
 def write_matrix(path: Path) -> None:
     rows = ["driver_branch,kernel,os_tag"]
-    for major, _, _ in DRIVERS:
+    for major, _minor, _rev in DRIVERS:
         for kernel, ver in KERNELS[:-1]:  # 6.8.0-52 builds missing -> 1/4 of the fleet MISSING
             rows.append("%s,%s,ubuntu%s" % (major, kernel, ver))
     path.write_text("\n".join(rows) + "\n")
@@ -206,7 +206,7 @@ def main() -> int:
         print("apiserver settled after %.0f s" % settle(api))
         run_audit(matrix)  # warm-up (page cache, .pyc); not measured
         # Ansible's own cost: the same task on a selector matching no node (start-up + 1 LIST).
-        base_wall, _ = run_audit(matrix, SELECTOR + ",npuops.io/none=1")
+        base_wall, _base_res = run_audit(matrix, SELECTOR + ",npuops.io/none=1")
         result["ansible_baseline_s"] = round(base_wall, 2)
 
         m0 = request_counts(api)

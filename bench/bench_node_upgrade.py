@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Benchmark: Kubernetes API requests and wall time of one node's driver upgrade (npu_node_upgrade, issue 5).
 
 On the lab: a 3-replica Deployment with a PDB (maxUnavailable 1) and an operand DaemonSet on the

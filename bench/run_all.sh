@@ -18,13 +18,13 @@ if ! tests/lab/labctl status >/dev/null 2>&1; then
   tests/lab/labctl up >/dev/null
   started=1
 fi
-stop_lab() { if [ "$started" = 1 ]; then echo "bench: stopping the lab we started"; tests/lab/labctl down >/dev/null; fi; }
-trap stop_lab EXIT
+# stop the lab on exit only if this script started it
+trap 'if [ "$started" = 1 ]; then echo "bench: stopping the lab we started"; tests/lab/labctl down >/dev/null; fi' EXIT
 
 if [ "$#" -gt 0 ]; then
   scripts=(); for n in "$@"; do scripts+=("bench/bench_${n}.py"); done
 else
-  mapfile -t scripts < <(ls bench/bench_*.py | sort)
+  scripts=(bench/bench_*.py)  # glob expansion is sorted
 fi
 rc=0
 for s in "${scripts[@]}"; do

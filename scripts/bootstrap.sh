@@ -17,7 +17,7 @@ fi
 PY=""
 for cand in "${NPUOPS_PYTHON:-}" "$HOME"/.pyenv/versions/3.12*/bin/python3 "$HOME"/.pyenv/versions/3.13*/bin/python3 \
   "$(command -v python3.13 || true)" "$(command -v python3.12 || true)" "$(command -v python3 || true)"; do
-  [ -n "$cand" ] && [ -x "$cand" ] || continue
+  if [ -z "$cand" ] || [ ! -x "$cand" ]; then continue; fi
   if "$cand" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' 2>/dev/null; then PY=$cand; break; fi
 done
 [ -n "$PY" ] || { echo "bootstrap: need Python >= 3.12 for ansible-core (pyenv or python3.12)" >&2; exit 1; }

@@ -207,7 +207,7 @@ def parse_rbln_smi(output: str) -> dict[str, Any]:
             if key == "npu":
                 continue
             if key == "memory":
-                used, _, total = (value or "").partition("/")
+                used, _sep, total = (value or "").partition("/")
                 dev["memory_used"] = na_to_none(used)
                 dev["memory_total"] = na_to_none(total)
             else:

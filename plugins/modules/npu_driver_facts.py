@@ -59,12 +59,15 @@ options:
 attributes:
   check_mode:
     support: full
+    description: Read-only; runs the same in check mode.
   diff_mode:
     support: none
+    description: Nothing is changed, so there is no diff.
   facts:
     support: full
+    description: Sets C(ansible_facts.npu_driver).
 author:
-  - npuops.fleet maintainers
+  - npuops maintainers (@npuops)
 """
 
 EXAMPLES = r"""
@@ -205,7 +208,7 @@ class Facts:
 
     # kernels
     def running_kernel(self):
-        rc, out, _ = self.run(["uname", "-r"])
+        rc, out, _err = self.run(["uname", "-r"])
         return out.strip() if rc == 0 and out.strip() else os.uname().release
 
     def installed_kernels(self):
@@ -217,7 +220,7 @@ class Facts:
     def on_disk_version(self, modinfo, release, module_name):
         if not modinfo:
             return None
-        rc, out, _ = self.run([modinfo, "-k", release, "-F", "version", module_name])
+        rc, out, _err = self.run([modinfo, "-k", release, "-F", "version", module_name])
         return kmod_versions.parse_modinfo_version(out) if rc == 0 else None
 
     def loaded_version(self, module_name, proc_file):
@@ -324,11 +327,11 @@ def main():
     installed_pkgs = {}
     held = []
     if dpkg_query:
-        _, out, _ = f.run([dpkg_query, "-W", "-f=${Package}\t${Version}\t${db:Status-Abbrev}\n"])
+        _rc, out, _err = f.run([dpkg_query, "-W", "-f=${Package}\t${Version}\t${db:Status-Abbrev}\n"])
         installed_pkgs = apt_state.parse_dpkg_query(out)
         dpkg = f.bin("dpkg")
         if dpkg:
-            _, out, _ = f.run([dpkg, "--get-selections"])
+            _rc, out, _err = f.run([dpkg, "--get-selections"])
             held = apt_state.held_packages(out)
     driver_pkg_names = apt_state.match_families(installed_pkgs, families)
     driver_pkgs = {n: installed_pkgs[n]["version"] for n in driver_pkg_names}
@@ -375,7 +378,7 @@ def main():
     config = {}
     apt_config = f.bin("apt-config")
     if apt_config:
-        rc, out, _ = f.run([apt_config, "dump"])
+        rc, out, _err = f.run([apt_config, "dump"])
         if rc == 0:
             config = apt_state.parse_apt_config_dump(out)
     blacklist = apt_state.apt_list(config, apt_state.BLACKLIST_KEY)
@@ -384,9 +387,9 @@ def main():
     timer_enabled = timer_active = None
     systemctl = f.bin("systemctl")
     if systemctl:
-        rc, out, _ = f.run([systemctl, "is-enabled", "apt-daily-upgrade.timer"])
+        _rc, out, _err = f.run([systemctl, "is-enabled", "apt-daily-upgrade.timer"])
         timer_enabled = out.strip() or None
-        rc, out, _ = f.run([systemctl, "is-active", "apt-daily-upgrade.timer"])
+        _rc, out, _err = f.run([systemctl, "is-active", "apt-daily-upgrade.timer"])
         timer_active = out.strip() or None
     watched = families + list(apt_state.KERNEL_FAMILIES)
     uu = {

@@ -36,7 +36,7 @@ def lab_dir():
 
 def hostctl(*args, timeout=300):
     r = subprocess.run([str(HOSTCTL), *args], capture_output=True, text=True, timeout=timeout,
-                       env=dict(os.environ, NPUOPS_LAB_DIR=str(lab_dir())))
+                       env=dict(os.environ, NPUOPS_LAB_DIR=str(lab_dir())), check=False)
     assert r.returncode == 0, f"hostctl {' '.join(args)} failed:\n{r.stdout}\n{r.stderr}"
     return r.stdout.strip()
 
@@ -44,7 +44,7 @@ def hostctl(*args, timeout=300):
 def hx(container, script, check=True, timeout=300):
     """Run a shell script inside a lab host; returns CompletedProcess (stdout+stderr merged)."""
     r = subprocess.run([str(PODMAN), "exec", container, "/bin/sh", "-c", script],
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout, check=False)
     if check:
         assert r.returncode == 0, f"{container}: `{script}` -> {r.returncode}\n{r.stdout}"
     return r
@@ -87,7 +87,7 @@ def scratch(lab_kubeconfig):
     yield spawn
     for name in made:
         subprocess.run([str(HOSTCTL), "rm", name], capture_output=True,
-                       env=dict(os.environ, NPUOPS_LAB_DIR=str(lab_dir())))
+                       env=dict(os.environ, NPUOPS_LAB_DIR=str(lab_dir())), check=False)
 
 
 def nv_install(version):
@@ -193,7 +193,7 @@ def node_host(core_v1, lab_kubeconfig):
         yield name
     finally:
         subprocess.run([str(HOSTCTL), "rm", name], capture_output=True,
-                       env=dict(os.environ, NPUOPS_LAB_DIR=str(lab_dir())))
+                       env=dict(os.environ, NPUOPS_LAB_DIR=str(lab_dir())), check=False)
         try:
             core_v1.delete_node(name)
         except ApiException:
@@ -255,7 +255,7 @@ def test_reboot_node_notready_ready_and_ansible_reboot(core_v1, node_host, tmp_p
     env = {k: v for k, v in os.environ.items() if k != "CONTAINERS_CONF"}
     r = subprocess.run([str(REPO / ".venv" / "bin" / "ansible-playbook"),
                         "-i", str(REPO / "inventories" / "lab"), "-i", str(inv), str(play)],
-                       capture_output=True, text=True, timeout=400, env=env, cwd=REPO)
+                       capture_output=True, text=True, timeout=400, env=env, cwd=REPO, check=False)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     assert boot_marker(c) != after
     nodes.wait_node_ready(core_v1, name, True, timeout=180)
@@ -268,7 +268,7 @@ def test_node_labels_follow_host_state(core_v1):
         c = "npuops-" + name
         r = subprocess.run([str(PODMAN), "container", "inspect", "-f",
                             "{{index .Config.Labels \"npuops-lab-dir\"}}", c],
-                           capture_output=True, text=True)
+                           capture_output=True, text=True, check=False)
         if r.returncode != 0:
             pytest.fail(f"scenario host {c} is not running (hostctl up)")
         if Path(r.stdout.strip()) != lab_dir().absolute():

@@ -14,7 +14,7 @@ import json
 import os
 import subprocess
 import sys
-import uuid
+import time
 from pathlib import Path
 
 import pytest
@@ -31,6 +31,11 @@ pytestmark = pytest.mark.lab
 GPU_STATE = "nvidia.com/gpu-driver-upgrade-state"
 NPU_STATE = "rebellions.ai/npu-driver-upgrade-state"
 UPGRADE_PREFIXES = ("nvidia.com/gpu-driver-upgrade", "rebellions.ai/npu-driver-upgrade")
+# The scenario's host/node names; a private lab started from a renamed scenario (NPUOPS_LAB_SCENARIO)
+# sets NPUOPS_MW_PREFIX (e.g. mw -> mw-node-1) and NPUOPS_MW_INVENTORY (an inventory naming those hosts).
+PREFIX = os.environ.get("NPUOPS_MW_PREFIX", "lab")
+INVENTORY = Path(os.environ.get("NPUOPS_MW_INVENTORY", str(REPO / "inventories" / "lab")))
+N0, N1, NPU = f"{PREFIX}-node-0", f"{PREFIX}-node-1", f"{PREFIX}-npu-0"
 
 
 def lab_dir():
@@ -38,15 +43,25 @@ def lab_dir():
 
 
 def hostctl(*args, timeout=600):
-    r = subprocess.run([str(HOSTCTL), *args], capture_output=True, text=True, timeout=timeout,
-                       env=dict(os.environ, NPUOPS_LAB_DIR=str(lab_dir())))
+    r = subprocess.run(
+        [str(HOSTCTL), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ, NPUOPS_LAB_DIR=str(lab_dir())),
+    )
     assert r.returncode == 0, f"hostctl {' '.join(args)} failed:\n{r.stdout}\n{r.stderr}"
     return r.stdout.strip()
 
 
 def hx(name, script, check=True, timeout=300):
-    r = subprocess.run([str(PODMAN), "exec", "npuops-" + name, "/bin/sh", "-c", script],
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    r = subprocess.run(
+        [str(PODMAN), "exec", "npuops-" + name, "/bin/sh", "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
+    )
     if check:
         assert r.returncode == 0, f"{name}: `{script}` -> {r.returncode}\n{r.stdout}"
     return r
@@ -58,14 +73,31 @@ def playbook(name, kubeconfig, report_dir, hosts, *extra, timeout=1500):
     if not link.exists():
         link.parent.mkdir(parents=True, exist_ok=True)
         link.symlink_to(REPO)
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS), NPUOPS_LAB_DIR=str(lab_dir()),
-               KUBECONFIG=kubeconfig, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0",
-               ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default")
-    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), str(REPO / "playbooks" / name),
-           "-i", str(REPO / "inventories" / "lab"),
-           "-e", f"maintenance_hosts={hosts}", "-e", f"audit_hosts={hosts}",
-           "-e", f"maintenance_report_dir={report_dir}", "-e", f"audit_report_dir={report_dir}",
-           "-e", f"npuops_fleet_kubeconfig={kubeconfig}"]
+    env = dict(
+        os.environ,
+        ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS),
+        NPUOPS_LAB_DIR=str(lab_dir()),
+        KUBECONFIG=kubeconfig,
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_FORCE_COLOR="0",
+        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default",
+    )
+    cmd = [
+        str(Path(sys.executable).parent / "ansible-playbook"),
+        str(REPO / "playbooks" / name),
+        "-i",
+        str(INVENTORY),
+        "-e",
+        f"maintenance_hosts={hosts}",
+        "-e",
+        f"audit_hosts={hosts}",
+        "-e",
+        f"maintenance_report_dir={report_dir}",
+        "-e",
+        f"audit_report_dir={report_dir}",
+        "-e",
+        f"npuops_fleet_kubeconfig={kubeconfig}",
+    ]
     for e in extra:
         cmd += ["-e", e if isinstance(e, str) else json.dumps(e)]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=str(report_dir))
@@ -96,8 +128,7 @@ def reset_node(core_v1, name):
     n = core_v1.read_node(name)
     labels = {k: None for k in (n.metadata.labels or {}) if k.startswith(UPGRADE_PREFIXES)}
     ann = {k: None for k in (n.metadata.annotations or {}) if k.startswith(UPGRADE_PREFIXES)}
-    core_v1.patch_node(name, {"metadata": {"labels": labels, "annotations": ann},
-                              "spec": {"unschedulable": None}})
+    core_v1.patch_node(name, {"metadata": {"labels": labels, "annotations": ann}, "spec": {"unschedulable": None}})
 
 
 def restore_host(core_v1, name):
@@ -123,27 +154,53 @@ def restore(core_v1):
 
 @pytest.fixture
 def trainer(apps_v1, policy_v1, core_v1):
-    """Deployment trainer (4 replicas, one per node) + PDB trainer-pdb; factory(min_available)."""
+    """Deployment trainer (one replica per node: 4 in the default lab) + PDB trainer-pdb.
+
+    make(spare) -> pods; the PDB's minAvailable is replicas - spare (spare=1: one disruption allowed,
+    spare=0: none, as lab part 1's minAvailable 3 / 4)."""
     made = []
 
-    def make(min_available, replicas=4):
+    def make(spare):
+        replicas = len(core_v1.list_node().items)
+        min_available = replicas - spare
         dep = {
-            "apiVersion": "apps/v1", "kind": "Deployment",
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
             "metadata": {"name": "trainer", "labels": {"app": "trainer"}},
-            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "trainer"}},
-                     "template": {"metadata": {"labels": {"app": "trainer"}}, "spec": {
-                         "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-                             {"labelSelector": {"matchLabels": {"app": "trainer"}},
-                              "topologyKey": "kubernetes.io/hostname"}]}},
-                         "tolerations": [{"operator": "Exists"}],
-                         "containers": [{"name": "trainer", "image": "nvcr.io/nvidia/pytorch:24.07-py3"}]}}}}
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": "trainer"}},
+                "template": {
+                    "metadata": {"labels": {"app": "trainer"}},
+                    "spec": {
+                        "affinity": {
+                            "podAntiAffinity": {
+                                "requiredDuringSchedulingIgnoredDuringExecution": [
+                                    {
+                                        "labelSelector": {"matchLabels": {"app": "trainer"}},
+                                        "topologyKey": "kubernetes.io/hostname",
+                                    }
+                                ]
+                            }
+                        },
+                        "tolerations": [{"operator": "Exists"}],
+                        "containers": [{"name": "trainer", "image": "nvcr.io/nvidia/pytorch:24.07-py3"}],
+                    },
+                },
+            },
+        }
         apps_v1.create_namespaced_deployment(NS, dep)
         made.append("dep")
-        policy_v1.create_namespaced_pod_disruption_budget(NS, {
-            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "trainer-pdb"},
-            "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": "trainer"}}}})
+        policy_v1.create_namespaced_pod_disruption_budget(
+            NS,
+            {
+                "apiVersion": "policy/v1",
+                "kind": "PodDisruptionBudget",
+                "metadata": {"name": "trainer-pdb"},
+                "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": "trainer"}}},
+            },
+        )
         made.append("pdb")
-        import time
         deadline = time.time() + 90
         while time.time() < deadline:
             pods = core_v1.list_namespaced_pod(NS, label_selector="app=trainer").items
@@ -154,6 +211,7 @@ def trainer(apps_v1, policy_v1, core_v1):
 
     yield make
     from kubernetes import client
+
     for kind in reversed(made):
         try:
             if kind == "pdb":
@@ -166,17 +224,18 @@ def trainer(apps_v1, policy_v1, core_v1):
 
 
 def test_missing_target_is_refused_by_preflight_before_any_cordon(lab_kubeconfig, core_v1, report_dir):
-    before = node(core_v1, "lab-node-1")
-    rc, out = playbook("maintenance_window.yml", lab_kubeconfig, report_dir, "lab-node-1",
-                       "driver_upgrade_target_version=999.1.2")
+    before = node(core_v1, N1)
+    rc, out = playbook(
+        "maintenance_window.yml", lab_kubeconfig, report_dir, N1, "driver_upgrade_target_version=999.1.2"
+    )
     assert rc != 0, out
     s, hosts = summary(report_dir)
-    h = hosts["lab-node-1"]
+    h = hosts[N1]
     assert s["result"] == "failed"
     assert h["status"] == "failed" and h["failed_phase"] == "preflight", h
-    assert "999.1.2 is not available in the apt sources of lab-node-1" in h["reason"]
+    assert f"999.1.2 is not available in the apt sources of {N1}" in h["reason"]
     assert h["final_state"].startswith("unchanged")
-    after = node(core_v1, "lab-node-1")
+    after = node(core_v1, N1)
     assert not after.spec.unschedulable
     assert (after.metadata.labels or {}).get(GPU_STATE) == (before.metadata.labels or {}).get(GPU_STATE)
     # no batch ran: the host never reached prepare
@@ -187,90 +246,108 @@ def test_missing_target_is_refused_by_preflight_before_any_cordon(lab_kubeconfig
 
 
 def test_window_upgrades_gpu_and_npu_then_rerun_changes_nothing(lab_kubeconfig, core_v1, report_dir, restore):
-    restore("lab-node-1")
-    restore("lab-npu-0")
-    rc, out = playbook("maintenance_window.yml", lab_kubeconfig, report_dir, "lab-node-1,lab-npu-0")
+    restore(N1)
+    restore(NPU)
+    rc, out = playbook("maintenance_window.yml", lab_kubeconfig, report_dir, f"{N1},{NPU}")
     assert rc == 0, out[-6000:]
     s, hosts = summary(report_dir)
     assert s["result"] == "ok"
-    g, n = hosts["lab-node-1"], hosts["lab-npu-0"]
+    g, n = hosts[N1], hosts[NPU]
     assert (g["old_version"], g["new_version"], g["status"], g["final_state"]) == (
-        "535.183.06", "550.90.07", "upgraded", "upgrade-done")
+        "535.183.06",
+        "550.90.07",
+        "upgraded",
+        "upgrade-done",
+    )
     assert (n["old_version"], n["new_version"], n["status"], n["final_state"]) == (
-        "2.4.0", "3.0.0", "upgraded", "upgrade-done")
+        "2.4.0",
+        "3.0.0",
+        "upgraded",
+        "upgrade-done",
+    )
     for h in (g, n):
         assert {"preflight", "prepare", "install", "reload", "verify", "finish"} <= set(h["durations"]), h
-    assert hx("lab-node-1", "nvidia-smi --query-gpu=driver_version --format=csv,noheader").stdout.split()[0] == "550.90.07"
-    assert "KMD ver: 3.0.0" in hx("lab-npu-0", "rbln-smi").stdout
-    assert "hold" in hx("lab-node-1", "dpkg --get-selections nvidia-utils-550-server").stdout
-    for name, key in (("lab-node-1", GPU_STATE), ("lab-npu-0", NPU_STATE)):
+    assert hx(N1, "nvidia-smi --query-gpu=driver_version --format=csv,noheader").stdout.split()[0] == "550.90.07"
+    assert "KMD ver: 3.0.0" in hx(NPU, "rbln-smi").stdout
+    assert "hold" in hx(N1, "dpkg --get-selections nvidia-utils-550-server").stdout
+    for name, key in ((N1, GPU_STATE), (NPU, NPU_STATE)):
         nd = node(core_v1, name)
         assert nd.metadata.labels.get(key) == "upgrade-done"
         assert not nd.spec.unschedulable
     md = (report_dir / "latest.md").read_text()
     assert "535.183.06 -> 550.90.07" in md and "2.4.0 -> 3.0.0" in md
 
-    rc, out = playbook("maintenance_window.yml", lab_kubeconfig, report_dir, "lab-node-1,lab-npu-0")
+    rc, out = playbook("maintenance_window.yml", lab_kubeconfig, report_dir, f"{N1},{NPU}")
     assert rc == 0, out[-6000:]
     s, hosts = summary(report_dir)
     assert {h["status"] for h in hosts.values()} == {"already-at-target"}, hosts
     changed = recap_changed(out)
-    assert changed.get("lab-node-1") == 0 and changed.get("lab-npu-0") == 0, changed
+    assert changed.get(N1) == 0 and changed.get(NPU) == 0, changed
 
 
 def test_reboot_timeout_marks_upgrade_failed_and_stops_later_batches(lab_kubeconfig, core_v1, report_dir, restore):
-    restore("lab-node-1")
-    restore("lab-npu-0")
-    policy = {"driver_upgrade_policy": {"maxParallelUpgrades": 1, "drain": {"enable": True, "timeoutSeconds": 60},
-                                        "reboot": {"enable": True, "rebootTimeoutSeconds": 20}},
-              # the host reboots, but Ansible never sees a new boot marker: "did not come back in time"
-              "driver_upgrade_boot_time_command": "echo same-boot"}
-    rc, out = playbook("maintenance_window.yml", lab_kubeconfig, report_dir, "lab-node-1,lab-npu-0", policy)
+    restore(N1)
+    restore(NPU)
+    policy = {
+        "driver_upgrade_policy": {
+            "maxParallelUpgrades": 1,
+            "drain": {"enable": True, "timeoutSeconds": 60},
+            "reboot": {"enable": True, "rebootTimeoutSeconds": 20},
+        },
+        # the host reboots, but Ansible never sees a new boot marker: "did not come back in time"
+        "driver_upgrade_boot_time_command": "echo same-boot",
+    }
+    rc, out = playbook("maintenance_window.yml", lab_kubeconfig, report_dir, f"{N1},{NPU}", policy)
     assert rc != 0, out[-6000:]
     s, hosts = summary(report_dir)
-    g, n = hosts["lab-node-1"], hosts["lab-npu-0"]
+    g, n = hosts[N1], hosts[NPU]
     assert g["status"] == "failed" and g["failed_phase"] == "reboot", g
     assert "timed out" in g["reason"].lower(), g["reason"]
     assert g["final_state"] == "upgrade-failed"
-    assert n["status"] == "not-started" and "lab-node-1" in n["reason"], n
-    nd = node(core_v1, "lab-node-1")
+    assert n["status"] == "not-started" and N1 in n["reason"], n
+    nd = node(core_v1, N1)
     assert nd.metadata.labels.get(GPU_STATE) == "upgrade-failed"
     assert nd.spec.unschedulable
-    npu = node(core_v1, "lab-npu-0")
+    npu = node(core_v1, NPU)
     assert not npu.spec.unschedulable and npu.metadata.labels.get(NPU_STATE) in (None, "", "upgrade-done")
-    assert "2.4.0" in hx("lab-npu-0", "cat /sys/module/rebellions/version").stdout
-    assert "lab-node-1" in (report_dir / "latest.md").read_text()
+    assert "2.4.0" in hx(NPU, "cat /sys/module/rebellions/version").stdout
+    assert N1 in (report_dir / "latest.md").read_text()
 
 
 @pytest.mark.parametrize("parallel", [1, 0])
 def test_drain_scenario_with_pdb(lab_kubeconfig, core_v1, report_dir, restore, trainer, parallel):
     """Lab part 1's drain scenario (trainer x4, PDB minAvailable 3) through the window, both batch sizes."""
-    restore("lab-node-1")
-    restore("lab-npu-0")
-    pods = trainer(3)
+    restore(N1)
+    restore(NPU)
+    pods = trainer(1)
     on = {p.spec.node_name for p in pods}
-    assert {"lab-node-1", "lab-npu-0"} <= on, on
-    policy = {"driver_upgrade_policy": {"maxParallelUpgrades": parallel, "maxUnavailable": "100%",
-                                        "drain": {"enable": True, "deleteEmptyDirData": True, "timeoutSeconds": 240}}}
-    rc, out = playbook("maintenance_window.yml", lab_kubeconfig, report_dir, "lab-node-1,lab-npu-0", policy)
+    assert {N1, NPU} <= on, on
+    policy = {
+        "driver_upgrade_policy": {
+            "maxParallelUpgrades": parallel,
+            "maxUnavailable": "100%",
+            "drain": {"enable": True, "deleteEmptyDirData": True, "timeoutSeconds": 240},
+        }
+    }
+    rc, out = playbook("maintenance_window.yml", lab_kubeconfig, report_dir, f"{N1},{NPU}", policy)
     assert rc == 0, out[-6000:]
     s, hosts = summary(report_dir)
     assert s["batch_size"] == parallel
-    for name in ("lab-node-1", "lab-npu-0"):
+    for name in (N1, NPU):
         assert hosts[name]["status"] == "upgraded", hosts[name]
         assert any("trainer" in str(e) for e in hosts[name].get("evicted", [])), hosts[name]
         assert not node(core_v1, name).spec.unschedulable
 
 
 def test_pdb_that_allows_no_disruption_is_refused_before_any_cordon(lab_kubeconfig, core_v1, report_dir, trainer):
-    trainer(4)
+    trainer(0)
     policy = {"driver_upgrade_policy": {"drain": {"enable": True, "timeoutSeconds": 30}}}
-    rc, out = playbook("maintenance_window.yml", lab_kubeconfig, report_dir, "lab-node-1", policy)
+    rc, out = playbook("maintenance_window.yml", lab_kubeconfig, report_dir, N1, policy)
     assert rc != 0
     s, hosts = summary(report_dir)
-    h = hosts["lab-node-1"]
+    h = hosts[N1]
     assert h["failed_phase"] == "preflight" and "trainer-pdb" in h["reason"], h
-    assert not node(core_v1, "lab-node-1").spec.unschedulable
+    assert not node(core_v1, N1).spec.unschedulable
 
 
 K177, K179 = "5.15.0-177-generic", "5.15.0-179-generic"
@@ -279,13 +356,24 @@ K177, K179 = "5.15.0-177-generic", "5.15.0-179-generic"
 def test_incident_audit_flags_then_window_fixes_and_ip_vs_loads(lab_kubeconfig, core_v1, report_dir, restore):
     """domain.md incident on lab-node-0: u-u upgrades 580 userspace + kernel; audit flags it; the
     window (target 580.159.03) reboots into 5.15.0-179, verifies, and ip_vs loads there."""
-    name = "lab-node-0"
+    name = N0
     restore(name)
-    pk = " ".join(f"{p}=580.126.09-0ubuntu1" for p in (
-        "nvidia-driver-580-server-open", "nvidia-dkms-580-server-open", "nvidia-utils-580-server",
-        "libnvidia-compute-580-server", "libnvidia-common-580-server"))
-    hx(name, "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q " + pk
-       + " linux-generic=5.15.0.177.161 linux-image-generic=5.15.0.177.161")
+    pk = " ".join(
+        f"{p}=580.126.09-0ubuntu1"
+        for p in (
+            "nvidia-driver-580-server-open",
+            "nvidia-dkms-580-server-open",
+            "nvidia-utils-580-server",
+            "libnvidia-compute-580-server",
+            "libnvidia-common-580-server",
+        )
+    )
+    hx(
+        name,
+        "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
+        + pk
+        + " linux-generic=5.15.0.177.161 linux-image-generic=5.15.0.177.161",
+    )
     before = hx(name, "cut -d' ' -f22 /proc/1/stat").stdout.strip()
     hx(name, "systemctl reboot", check=False)
     hostctl("wait-boot", name, "--after", before, "--timeout", "180")
@@ -299,8 +387,14 @@ def test_incident_audit_flags_then_window_fixes_and_ip_vs_loads(lab_kubeconfig, 
     row = [h for h in audit["hosts"] if h["host"] == name][0]
     assert row["verdict"] == "reload_required" and name in audit["findings"], row
 
-    rc, out = playbook("maintenance_window.yml", lab_kubeconfig, report_dir, name,
-                       "driver_upgrade_target_version=580.159.03", "driver_upgrade_kube_proxy_mode=ipvs")
+    rc, out = playbook(
+        "maintenance_window.yml",
+        lab_kubeconfig,
+        report_dir,
+        name,
+        "driver_upgrade_target_version=580.159.03",
+        "driver_upgrade_kube_proxy_mode=ipvs",
+    )
     assert rc == 0, out[-6000:]
     s, hosts = summary(report_dir)
     h = hosts[name]

@@ -65,7 +65,7 @@ def log(msg):
 def run(cmd, check=True, capture=False, input=None, quiet=False):
     r = subprocess.run(cmd, input=input, text=True,
                        stdout=subprocess.PIPE if capture or quiet else None,
-                       stderr=subprocess.PIPE if quiet else None)
+                       stderr=subprocess.PIPE if quiet else None, check=False)
     if check and r.returncode != 0:
         raise RuntimeError("command failed (%d): %s\n%s" % (
             r.returncode, " ".join(cmd), (r.stderr or "") if quiet else ""))
@@ -160,7 +160,7 @@ def build_image():
                                stdout=subprocess.PIPE)
         imp = subprocess.run(["podman", "import", "--change", "CMD=/sbin/init", "--change",
                               "STOPSIGNAL=SIGRTMIN+3", "-", ref], stdin=tar.stdout,
-                             stdout=subprocess.DEVNULL)
+                             stdout=subprocess.DEVNULL, check=False)
         tar.stdout.close()
         tar.wait()
         if imp.returncode != 0 or tar.returncode != 0:
@@ -345,7 +345,7 @@ def start_host(name, spec, image, repo):
     create_host(name, spec, image, repo)
     provision(name, spec)
     log("%s: up (kernel %s, driver %s) in %.0fs" % (name, spec.get("kernel"), spec.get("driver"),
-                                                     time.time() - t0))
+                                                    time.time() - t0))
 
 
 # ------------------------------------------------------------------ agent
@@ -382,7 +382,7 @@ def stop_agent():
     pid = agent_pid()
     if pid:
         os.kill(pid, signal.SIGTERM)
-        for _ in range(50):
+        for _attempt in range(50):
             try:
                 os.kill(pid, 0)
             except OSError:

@@ -54,7 +54,7 @@ def readf(path):
 def agent_containers():
     """{host name: running?} for this lab's hosts that stand behind a Node."""
     r = subprocess.run(["podman", "ps", "-a", "--filter", "label=npuops-lab-agent=" + STATE,
-                        "--format", "json"], capture_output=True, text=True)
+                        "--format", "json"], capture_output=True, text=True, check=False)
     if r.returncode != 0:
         return None
     out = {}
@@ -67,7 +67,7 @@ def agent_containers():
 
 def merged_dir(name):
     r = subprocess.run(["podman", "inspect", "-f", "{{.GraphDriver.Data.MergedDir}}",
-                        PREFIX + name], capture_output=True, text=True)
+                        PREFIX + name], capture_output=True, text=True, check=False)
     return r.stdout.strip() if r.returncode == 0 else None
 
 
@@ -211,7 +211,7 @@ def main():
                     h.step(api, running)
                 except Exception as e:  # noqa: BLE001 - keep the agent alive
                     log("%s: error: %s" % (name, e))
-        for _ in range(int(POLL_S * 10)):
+        for _tick in range(int(POLL_S * 10)):
             if stop:
                 break
             time.sleep(0.1)

@@ -98,14 +98,18 @@ def make_certs(pki):
         f.chmod(0o600)
 
 
+def _b64(path):
+    """Base64 of a file's bytes, as kubeconfig's *-data fields want it."""
+    return base64.b64encode(path.read_bytes()).decode()
+
+
 def write_kubeconfig(path, pki, user):
-    b64 = lambda p: base64.b64encode(p.read_bytes()).decode()  # noqa: E731
     cfg = {"apiVersion": "v1", "kind": "Config", "current-context": "npuops-lab",
            "clusters": [{"name": "npuops-lab", "cluster": {
                "server": f"https://127.0.0.1:{PORTS['kube-apiserver']}",
-               "certificate-authority-data": b64(pki / "ca.crt")}}],
-           "users": [{"name": user, "user": {"client-certificate-data": b64(pki / f"{user}.crt"),
-                                             "client-key-data": b64(pki / f"{user}.key")}}],
+               "certificate-authority-data": _b64(pki / "ca.crt")}}],
+           "users": [{"name": user, "user": {"client-certificate-data": _b64(pki / f"{user}.crt"),
+                                             "client-key-data": _b64(pki / f"{user}.key")}}],
            "contexts": [{"name": "npuops-lab", "context": {"cluster": "npuops-lab", "user": user}}]}
     path.write_text(yaml.safe_dump(cfg))
     path.chmod(0o600)
@@ -232,7 +236,7 @@ def hosts_enabled(sc):
 def hostctl(action):
     env = dict(os.environ, KUBECONFIG=str(KUBECONFIG), NPUOPS_LAB_DIR=str(STATE),
                NPUOPS_LAB_SCENARIO=str(STATE / "scenario.yaml"))
-    return subprocess.run([str(HOSTCTL), action], env=env).returncode
+    return subprocess.run([str(HOSTCTL), action], env=env, check=False).returncode
 
 
 # ---------------------------------------------------------------- commands

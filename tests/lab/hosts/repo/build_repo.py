@@ -54,12 +54,12 @@ STALE_KEEP = {"libcrc32c", "llc", "stp", "bridge", "br_netfilter", "overlay", "v
 
 
 def kver(rel):
-    base, abi, _ = rel.split("-")
+    base, abi, _flavour = rel.split("-")
     return "%s-%s.%d" % (base, abi, int(abi) + 10)
 
 
 def meta_ver(rel):
-    base, abi, _ = rel.split("-")
+    base, abi, _flavour = rel.split("-")
     return "%s.%s.%d" % (base, abi, int(abi) - 16)
 
 
@@ -103,8 +103,8 @@ class Deb:
                     f.write("#!/bin/sh\nset -e\n" + body)
                 os.chmod(p, 0o755)
             out = os.path.join(pool, "%s_%s_%s.deb" % (self.ctl["Package"],
-                                                      self.ctl["Version"].split(":")[-1],
-                                                      self.ctl["Architecture"]))
+                                                       self.ctl["Version"].split(":")[-1],
+                                                       self.ctl["Architecture"]))
             subprocess.check_call(["dpkg-deb", "--root-owner-group", "-Zgzip", "-z1", "--build",
                                    d, out], stdout=subprocess.DEVNULL)
             return out

@@ -43,7 +43,7 @@ def test_pause_plan_keeps_driver_and_skip_labels():
 
 
 def test_rebellions_skip_label_is_not_an_operand():
-    before, _ = operands.pause_plan(
+    before, _changes = operands.pause_plan(
         RB, {"rebellions.ai/npu.deploy.skip": "false", "rebellions.ai/npu.deploy.device-plugin": "true"}
     )
     assert list(before) == ["rebellions.ai/npu.deploy.device-plugin"]

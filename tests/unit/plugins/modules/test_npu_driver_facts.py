@@ -66,7 +66,7 @@ class Host:
 def run_module(monkeypatch, host, args, boot=("vmlinuz-5.15.0-177-generic", "vmlinuz-5.15.0-179-generic")):
     monkeypatch.setattr(mod.Facts, "run", lambda self, a, check=False: host.run(a, check))
     monkeypatch.setattr(mod.Facts, "bin", lambda self, name: "/usr/bin/" + name)
-    monkeypatch.setattr(mod, "_read", lambda path: host.files.get(path))
+    monkeypatch.setattr(mod, "_read", host.files.get)
     monkeypatch.setattr(mod, "_read_log", lambda path: host.files.get(path, ""))
     real_listdir = os.listdir
     monkeypatch.setattr(mod.os, "listdir", lambda p: list(boot) if p == "/boot" else real_listdir(p))
