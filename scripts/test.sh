@@ -17,6 +17,7 @@ link_collection() {
 stage_lint() {
   echo "== ruff"; ruff check plugins tests scripts
   echo "== ansible-lint (profile production)"; ansible-lint -q --profile production
+  echo "== antsibull-changelog lint"; antsibull-changelog lint
 }
 
 stage_sanity() {
@@ -34,8 +35,8 @@ stage_sanity() {
 }
 
 stage_unit() {
-  echo "== pytest unit"
-  pytest -q tests/unit
+  echo "== pytest unit + packaging (galaxy build, ansible-doc of every module and role)"
+  pytest -q -p no:cacheprovider tests/unit tests/packaging
 }
 
 stage_integration() {
