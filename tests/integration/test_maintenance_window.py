@@ -131,10 +131,35 @@ def reset_node(core_v1, name):
     core_v1.patch_node(name, {"metadata": {"labels": labels, "annotations": ann}, "spec": {"unschedulable": None}})
 
 
+def node_driver(n):
+    lb = n.metadata.labels or {}
+    if "rebellions.ai/driver-version.full" in lb:
+        return lb["rebellions.ai/driver-version.full"]
+    parts = [lb.get(f"nvidia.com/cuda.driver.{k}") for k in ("major", "minor", "rev")]
+    return ".".join(parts) if all(parts) else None
+
+
 def restore_host(core_v1, name):
+    """Recreate the host from the scenario, clear the Node's upgrade state, wait for fresh labels."""
     hostctl("rm", name)
     hostctl("up", timeout=900)
     reset_node(core_v1, name)
+    mod = "rebellions" if "npu" in name else "nvidia"
+    loaded = hx(name, f"cat /sys/module/{mod}/version").stdout.strip()
+    deadline = time.time() + 90
+    while node_driver(core_v1.read_node(name)) != loaded:
+        assert time.time() < deadline, f"{name}: Node driver labels never showed {loaded}"
+        time.sleep(2)
+    # the reboot may still turn the Node NotReady once its lease ages past the grace period (~16 s)
+    time.sleep(20)
+    deadline = time.time() + 90
+    while not node_ready(core_v1.read_node(name)):
+        assert time.time() < deadline, f"{name}: Node not Ready after restore"
+        time.sleep(2)
+
+
+def node_ready(n):
+    return any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
 
 
 @pytest.fixture
@@ -146,8 +171,14 @@ def report_dir(tmp_path):
 
 @pytest.fixture
 def restore(core_v1):
+    """restore(name): recreate the scenario host now (known start state) and again after the test."""
     touched = []
-    yield touched.append
+
+    def now(name):
+        restore_host(core_v1, name)
+        touched.append(name)
+
+    yield now
     for name in dict.fromkeys(touched):
         restore_host(core_v1, name)
 
@@ -201,13 +232,16 @@ def trainer(apps_v1, policy_v1, core_v1):
             },
         )
         made.append("pdb")
-        deadline = time.time() + 90
+        deadline = time.time() + 120
         while time.time() < deadline:
             pods = core_v1.list_namespaced_pod(NS, label_selector="app=trainer").items
-            if len([p for p in pods if p.status.phase == "Running"]) >= replicas:
+            pdb = policy_v1.read_namespaced_pod_disruption_budget("trainer-pdb", NS).status
+            running = [p for p in pods if p.status.phase == "Running"]
+            healthy = pdb and pdb.current_healthy == replicas and pdb.disruptions_allowed == spare
+            if len(running) >= replicas and healthy:
                 return pods
             time.sleep(2)
-        pytest.fail("trainer pods not Running")
+        pytest.fail("trainer pods not Running/healthy with the PDB allowing %d disruption(s)" % spare)
 
     yield make
     from kubernetes import client

@@ -251,7 +251,13 @@ def cmd_up():
         print(export)
         return 0
     if STATE.exists() and not (STATE / "pids").is_dir():
-        die(f"{STATE} exists but is not lab state; remove it or set NPUOPS_LAB_DIR")
+        if set(os.listdir(STATE)) <= {"hosts"}:  # only what hostctl leaves behind: stale lab hosts
+            log(f"labctl: removing leftover lab-host state in {STATE}")
+            if HOSTCTL.exists():
+                hostctl("down")
+            shutil.rmtree(STATE)
+        else:
+            die(f"{STATE} exists but is not lab state; remove it or set NPUOPS_LAB_DIR")
     if STATE.exists():
         log(f"labctl: stale or partial lab state in {STATE}; cleaning it up first")
         cmd_down()
