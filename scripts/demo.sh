@@ -29,17 +29,19 @@ export KUBECONFIG="$NPUOPS_LAB_DIR/kubeconfig"
 t1=$(date +%s)
 echo "== lab ready in $((t1 - t0)) s; running the maintenance window"
 rc=0
+extra=()
+[ -z "${DEMO_HOSTS:-}" ] || extra+=(-e "maintenance_hosts=$DEMO_HOSTS")
+if [ -n "${DEMO_ARGS:-}" ]; then read -ra more <<<"$DEMO_ARGS"; extra+=("${more[@]}"); fi
 ansible-playbook playbooks/maintenance_window.yml -i "${DEMO_INVENTORY:-inventories/lab}" \
-    ${DEMO_HOSTS:+-e "maintenance_hosts=$DEMO_HOSTS"} \
-    -e "maintenance_report_dir=$REPORTS" ${DEMO_ARGS:-} || rc=$?
+    -e "maintenance_report_dir=$REPORTS" "${extra[@]}" || rc=$?
 t2=$(date +%s)
 echo
 echo "== summary ($REPORTS/latest.md; maintenance window took $((t2 - t1)) s)"
 cat "$REPORTS/latest.md" 2>/dev/null || echo "(no summary written)"
 echo
 echo "== nodes"
-KUBECTL=$(command -v kubectl || ls -1 "${NPUOPS_LAB_CACHE:-$HOME/.cache/npuops-lab}"/bin/v*/kubectl 2>/dev/null | tail -n 1 || true)
-[ -n "$KUBECTL" ] && "$KUBECTL" --kubeconfig "$KUBECONFIG" get nodes \
+eval "$(tests/lab/labctl env)"  # puts the lab's kubectl (same release as the server) first on PATH
+kubectl get nodes \
     -L nvidia.com/gpu-driver-upgrade-state,rebellions.ai/npu-driver-upgrade-state,nvidia.com/cuda.driver.major,rebellions.ai/driver-version.full \
     2>/dev/null || true
 exit $rc

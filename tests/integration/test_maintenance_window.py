@@ -49,6 +49,7 @@ def hostctl(*args, timeout=600):
         text=True,
         timeout=timeout,
         env=dict(os.environ, NPUOPS_LAB_DIR=str(lab_dir())),
+        check=False,
     )
     assert r.returncode == 0, f"hostctl {' '.join(args)} failed:\n{r.stdout}\n{r.stderr}"
     return r.stdout.strip()
@@ -61,6 +62,7 @@ def hx(name, script, check=True, timeout=300):
         stderr=subprocess.STDOUT,
         text=True,
         timeout=timeout,
+        check=False,
     )
     if check:
         assert r.returncode == 0, f"{name}: `{script}` -> {r.returncode}\n{r.stdout}"
@@ -100,7 +102,7 @@ def playbook(name, kubeconfig, report_dir, hosts, *extra, timeout=1500):
     ]
     for e in extra:
         cmd += ["-e", e if isinstance(e, str) else json.dumps(e)]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=str(report_dir))
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=str(report_dir), check=False)
     return p.returncode, p.stdout + p.stderr
 
 
