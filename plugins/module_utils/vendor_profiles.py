@@ -5,6 +5,8 @@
 returns a merged copy (overrides are merged per key, dicts one level deep) and raises
 :class:`ProfileError` naming the vendor and key for an unknown vendor, an unknown key or a value of
 the wrong type. Label keys follow NVIDIA's GPU Operator / GFD and Rebellions' NPU operator.
+Host-side keys (kernel_modules, main_module, packages, userspace_package, services, smi_command,
+device_glob) are the only definition of that data too: roles read it from npu_driver_facts' ``profile``.
 """
 
 from __future__ import annotations
@@ -63,8 +65,9 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
         ],
         "validator_operand": "operator-validator",
         "resource_prefixes": ["nvidia.com/gpu", "nvidia.com/mig-"],
-        # Unload order (dependents first); load is the reverse.
+        # Unload order (dependents first); load is the reverse. main_module: the one whose version is read.
         "kernel_modules": ["nvidia_drm", "nvidia_modeset", "nvidia_uvm", "nvidia"],
+        "main_module": "nvidia",
         "device_glob": "/dev/nvidia[0-9]*",
         "smi_command": "nvidia-smi",
         "services": ["nvidia-persistenced", "nvidia-fabricmanager", "nvidia-dcgm", "dcgm"],
@@ -76,6 +79,8 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
             "libnvidia-common-{branch}-server",
             "nvidia-utils-{branch}-server",
         ],
+        # The package that carries the userspace driver library.
+        "userspace_package": "libnvidia-compute-{branch}-server",
         "package_families": [
             "nvidia-*",
             "libnvidia-*",
@@ -109,10 +114,12 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
         "validator_operand": "validator",
         "resource_prefixes": ["rebellions.ai/"],
         "kernel_modules": ["rebellions"],
+        "main_module": "rebellions",
         "device_glob": "/dev/rbln[0-9]*",
         "smi_command": "rbln-smi",
         "services": ["rbln-daemon"],
         "packages": ["rbln-driver"],
+        "userspace_package": "rbln-driver",
         "package_families": ["rbln-*", "rebellions-*"],
         "package_version_suffix": "",
         "image": "rebellions/rbln-driver",
@@ -142,8 +149,10 @@ _OPTIONAL_TYPES: dict[str, type] = {
     "deploy_skip_label": str,
     "annotation_prefix": str,
     "validator_operand": str,
+    "main_module": str,
     "device_glob": str,
     "services": list,
+    "userspace_package": str,
     "package_families": list,
     "package_version_suffix": str,
     "image": str,

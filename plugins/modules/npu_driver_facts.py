@@ -16,7 +16,9 @@ description:
   - Also reports pending reboot, held packages, the installed driver and kernel packages,
     unattended-upgrades status (APT::Periodic, C(apt-daily-upgrade.timer), blacklist coverage) and the
     last C(/var/log/apt/history.log) entry that touched driver or kernel packages.
-  - Results are returned as C(ansible_facts.npu_driver) and as top-level keys.
+  - Results are returned as C(ansible_facts.npu_driver) and as top-level keys, together with the
+    resolved vendor profile (RV(profile)), so that roles take the vendor's host-side data (packages,
+    kernel modules, services, device glob) from the one definition in the collection.
 extends_documentation_fragment:
   - npuops.fleet.vendor
 options:
@@ -31,8 +33,8 @@ options:
     type: str
   module_name:
     description:
-      - Kernel module whose version is read. Default is the last (base) module of the profile's
-        C(kernel_modules) (C(nvidia), C(rebellions)).
+      - Kernel module whose version is read. Default is the profile's C(main_module) (C(nvidia),
+        C(rebellions)), else the last (base) module of its C(kernel_modules).
     type: str
   userspace_packages:
     description:
@@ -153,6 +155,24 @@ last_driver_package_change:
   description: Newest APT history entry that changed driver or kernel packages (matching packages only).
   returned: always
   type: dict
+profile:
+  description:
+    - The vendor profile as resolved from O(vendor), O(vendor_profile) and O(vendor_profiles)
+      (C(plugins/module_utils/vendor_profiles.py)), with C(name) set to the vendor.
+    - "Host-side keys: C(kernel_modules) (unload order), C(main_module), C(packages) and
+      C(userspace_package) (with C({branch}) / C({version}) placeholders), C(services), C(smi_command),
+      C(device_glob), C(package_families); plus the Kubernetes-side keys (labels, operands, ...)."
+  returned: always
+  type: dict
+  sample:
+    name: rebellions
+    kernel_modules: [rebellions]
+    main_module: rebellions
+    packages: [rbln-driver]
+    userspace_package: rbln-driver
+    services: [rbln-daemon]
+    smi_command: rbln-smi
+    device_glob: /dev/rbln[0-9]*
 """
 
 import glob  # noqa: E402
@@ -303,7 +323,7 @@ def main():
     f = Facts(module, profile)
     vendor = p["vendor"]
     is_nvidia = os.path.basename(profile["smi_command"]).startswith("nvidia-smi")
-    module_name = p["module_name"] or profile["kernel_modules"][-1]
+    module_name = p["module_name"] or profile.get("main_module") or profile["kernel_modules"][-1]
     families = list(profile.get("package_families") or [])
 
     # kernels and modules
@@ -445,6 +465,7 @@ def main():
         "package_families": families,
         "unattended_upgrades": uu,
         "last_driver_package_change": last_change,
+        "profile": profile,
     }
     module.exit_json(changed=False, ansible_facts={"npu_driver": facts}, **facts)
 

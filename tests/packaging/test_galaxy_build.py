@@ -28,7 +28,9 @@ def installed(tmp_path_factory):
     assert built.returncode == 0, built.stderr
     tarball = next(out.glob("npuops-fleet-*.tar.gz"))
     cpath = tmp_path_factory.mktemp("collections")
-    inst = _run(str(BIN / "ansible-galaxy"), "collection", "install", "--force", "--no-deps", "-p", str(cpath), str(tarball))
+    inst = _run(
+        str(BIN / "ansible-galaxy"), "collection", "install", "--force", "--no-deps", "-p", str(cpath), str(tarball)
+    )
     assert inst.returncode == 0, inst.stderr
     # Only the clean path (plus the bundled community collections that ship with the `ansible` package).
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(cpath))

@@ -43,3 +43,14 @@ def test_override_merges_dicts_and_rejects_unknown_key():
         resolve_profile("nvidia", {"presense_label": "x"})
     with pytest.raises(ProfileError, match="'operands' must be a list"):
         resolve_profile("nvidia", {"operands": "device-plugin"})
+
+
+def test_host_side_keys():
+    n, r = resolve_profile("nvidia"), resolve_profile("rebellions")
+    assert n["main_module"] == "nvidia" and n["kernel_modules"][-1] == "nvidia"
+    assert n["userspace_package"] == "libnvidia-compute-{branch}-server" and n["userspace_package"] in n["packages"]
+    assert r["main_module"] == "rebellions" and r["userspace_package"] == "rbln-driver"
+    p = resolve_profile("nvidia", {"main_module": "nvidia_open", "userspace_package": "libnvidia-gl-{branch}"})
+    assert p["main_module"] == "nvidia_open" and p["userspace_package"] == "libnvidia-gl-{branch}"
+    with pytest.raises(ProfileError, match="'main_module' must be a str"):
+        resolve_profile("nvidia", {"main_module": ["nvidia"]})

@@ -188,6 +188,44 @@ def test_rebellions(monkeypatch, capsys):
     assert f["device_count"] == 2
     # no rbln package installed in this fake host: expected version is the reference
     assert f["verdict"] == "ok" and f["expected_match"] is True
+    prof = f["profile"]
+    assert prof["name"] == "rebellions" and prof["main_module"] == "rebellions"
+    assert prof["kernel_modules"] == ["rebellions"] and prof["packages"] == ["rbln-driver"]
+    assert prof["userspace_package"] == "rbln-driver" and prof["services"] == ["rbln-daemon"]
+    assert prof["smi_command"] == "rbln-smi" and prof["device_glob"] == "/dev/rbln[0-9]*"
+
+
+def test_profile_returned_with_overrides(monkeypatch, capsys):
+    """The role takes its host-side data from `profile`: overrides and extra vendors must show in it."""
+    host = Host(
+        fixture("nvidia-smi-query-ok.txt"),
+        0,
+        {"/sys/module/nvidia/version": "580.126.09\n"},
+        {"5.15.0-177-generic": "580.126.09"},
+    )
+    args = {
+        "vendor": "nvidia",
+        "vendor_profile": {"services": ["nvidia-persistenced"], "main_module": "nvidia"},
+        "boot_kernel": "5.15.0-177-generic",
+    }
+    run_module(monkeypatch, host, args)
+    r = result(capsys)
+    prof = r["profile"]
+    assert r["ansible_facts"]["npu_driver"]["profile"] == prof
+    assert prof["name"] == "nvidia" and prof["services"] == ["nvidia-persistenced"]
+    assert prof["kernel_modules"] == ["nvidia_drm", "nvidia_modeset", "nvidia_uvm", "nvidia"]
+    assert prof["userspace_package"] == "libnvidia-compute-{branch}-server"
+    assert "nvidia-driver-{branch}-server-open" in prof["packages"]
+    assert r["module"] == "nvidia"
+
+
+def test_main_module_is_the_module_read(monkeypatch, capsys):
+    host = Host(fixture("nvidia-smi-query-ok.txt"), 0, {"/sys/module/gpux/version": "580.126.09\n"}, {})
+    extra = {"gpux": {"base": "nvidia", "main_module": "gpux", "kernel_modules": ["gpux_uvm", "gpux"]}}
+    run_module(monkeypatch, host, {"vendor": "gpux", "vendor_profiles": extra}, boot=("vmlinuz-5.15.0-177-generic",))
+    r = result(capsys)
+    assert r["module"] == "gpux" and r["loaded_version"] == "580.126.09" and r["loaded_source"] == "sys_module"
+    assert r["profile"]["name"] == "gpux" and r["profile"]["packages"][0] == "nvidia-driver-{branch}-server-open"
 
 
 def test_unknown_vendor_fails(monkeypatch, capsys):
