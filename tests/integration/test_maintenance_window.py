@@ -31,6 +31,8 @@ pytestmark = pytest.mark.lab
 GPU_STATE = "nvidia.com/gpu-driver-upgrade-state"
 NPU_STATE = "rebellions.ai/npu-driver-upgrade-state"
 UPGRADE_PREFIXES = ("nvidia.com/gpu-driver-upgrade", "rebellions.ai/npu-driver-upgrade")
+DEPLOY_PREFIXES = ("nvidia.com/gpu.deploy.", "rebellions.ai/npu.deploy.")
+PAUSED = "paused-for-driver-upgrade"
 # The scenario's host/node names; a private lab started from a renamed scenario (NPUOPS_LAB_SCENARIO)
 # sets NPUOPS_MW_PREFIX (e.g. mw -> mw-node-1) and NPUOPS_MW_INVENTORY (an inventory naming those hosts).
 PREFIX = os.environ.get("NPUOPS_MW_PREFIX", "lab")
@@ -126,9 +128,13 @@ def node(core_v1, name):
 
 
 def reset_node(core_v1, name):
-    """Remove the upgrade labels/annotations and make the Node schedulable."""
+    """Remove the upgrade labels/annotations, un-pause operand deploy labels (a failed upgrade leaves
+    them paused, as the operators do) and make the Node schedulable."""
     n = core_v1.read_node(name)
     labels = {k: None for k in (n.metadata.labels or {}) if k.startswith(UPGRADE_PREFIXES)}
+    for k, v in (n.metadata.labels or {}).items():
+        if k.startswith(DEPLOY_PREFIXES) and v.endswith(PAUSED):
+            labels[k] = v[: -len(PAUSED)].rstrip("_") or "true"
     ann = {k: None for k in (n.metadata.annotations or {}) if k.startswith(UPGRADE_PREFIXES)}
     core_v1.patch_node(name, {"metadata": {"labels": labels, "annotations": ann}, "spec": {"unschedulable": None}})
 
