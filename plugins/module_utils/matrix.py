@@ -110,6 +110,9 @@ def parse_csv(text: str, source: str = "<matrix>", uses_branch: bool = True) -> 
         matrix.add(driver, kernel, tag, where)
     if header is None:
         raise MatrixError("%s: empty matrix (no header line driver_branch,kernel,os_tag)" % source)
+    if not matrix.rows:
+        # Every node would be MISSING: almost certainly the wrong file, not a fleet without builds.
+        raise MatrixError("%s: empty matrix (a header but no rows)" % source)
     return matrix
 
 
@@ -142,6 +145,8 @@ def from_list(items: Iterable[Any], uses_branch: bool = True) -> Matrix:
         driver = _check_cell(str(item[drivers[0]]), drivers[0], where)
         matrix.add(driver, _check_cell(str(item["kernel"]), "kernel", where),
                    _check_cell(str(item["os_tag"]), "os_tag", where), where)
+    if not matrix.rows:
+        raise MatrixError("matrix: empty inline matrix (no rows)")
     return matrix
 
 

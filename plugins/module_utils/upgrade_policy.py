@@ -163,7 +163,11 @@ def _max_unavailable(path: str, value: Any) -> Any:
         if pct > 100:
             raise PolicyError("%s must be at most 100%%, got %r" % (path, value))
         return "%d%%" % pct
-    return _to_int(path, value)
+    try:
+        return _to_int(path, value)
+    except PolicyError:
+        raise PolicyError("%s must be a non-negative integer or a whole percentage such as '25%%', got %r"
+                          % (path, value))
 
 
 def _convert(path: str, attr: str, value: Any) -> Any:
@@ -178,6 +182,15 @@ def _convert(path: str, attr: str, value: Any) -> Any:
     raise PolicyError("%s: unsupported field" % path)  # pragma: no cover
 
 
+def _claim(seen: dict, field: str, path: str) -> None:
+    """PolicyError when another spelling (camelCase/snake_case, gpu/npuPodDeletion) set ``field`` already."""
+    if not field:
+        return
+    if field in seen:
+        raise PolicyError("%s and %s set the same policy field; keep one of them" % (seen[field], path))
+    seen[field] = path
+
+
 def parse_policy(raw: Optional[Mapping[str, Any]]) -> UpgradePolicy:
     """Validate ``raw`` and return the policy with chart defaults filled in. Raises PolicyError."""
     policy = UpgradePolicy()
@@ -186,8 +199,10 @@ def parse_policy(raw: Optional[Mapping[str, Any]]) -> UpgradePolicy:
     if not isinstance(raw, Mapping):
         raise PolicyError("policy must be a mapping (the upgradePolicy block), got %s" % type(raw).__name__)
     known = sorted(set(_TOP_SCALARS) | set(_SUB_BLOCKS))
+    seen: dict[str, str] = {}  # field -> the key that set it: two spellings of one field must not race
     for key, value in raw.items():
         path = "policy.%s" % key
+        _claim(seen, _TOP_SCALARS.get(key) or (_SUB_BLOCKS[key][0] if key in _SUB_BLOCKS else ""), path)
         if key in _TOP_SCALARS:
             setattr(policy, _TOP_SCALARS[key], _convert(path, _TOP_SCALARS[key], value))
         elif key in _SUB_BLOCKS:
@@ -200,6 +215,7 @@ def parse_policy(raw: Optional[Mapping[str, Any]]) -> UpgradePolicy:
             for sub_key, sub_value in value.items():
                 if sub_key not in fields:
                     raise PolicyError("%s.%s: unknown key; known keys: %s" % (path, sub_key, ", ".join(sorted(fields))))
+                _claim(seen, "%s.%s" % (attr, fields[sub_key]), "%s.%s" % (path, sub_key))
                 setattr(block, fields[sub_key], _convert("%s.%s" % (path, sub_key), fields[sub_key], sub_value))
         else:
             raise PolicyError("%s: unknown key; known keys: %s" % (path, ", ".join(known)))

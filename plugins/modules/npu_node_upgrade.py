@@ -144,6 +144,7 @@ api_requests:
 message: {description: What happened., returned: always, type: str}
 """
 
+import re  # noqa: E402
 import traceback  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
@@ -205,6 +206,15 @@ def main():
         module.fail_json(msg="invalid input, nothing was changed: %s" % exc, node=p["node"])
     if p["phase"] == "fail" and not p["reason"]:
         module.fail_json(msg="phase=fail needs a reason", node=p["node"])
+    problems = [k for k in ("admission_timeout", "operands_timeout", "validation_timeout") if p[k] < 0]
+    if problems:
+        module.fail_json(msg="invalid input, nothing was changed: %s must be >= 0 (0 waits forever)"
+                         % ", ".join(problems), node=p["node"])
+    if not p["node"].strip():
+        module.fail_json(msg="invalid input, nothing was changed: node is empty", node=p["node"])
+    if p["target_version"] is not None and not re.match(r"^[0-9][0-9A-Za-z.+~-]*$", p["target_version"]):
+        module.fail_json(msg="invalid input, nothing was changed: target_version %r is not a driver version "
+                         "such as 550.90.07" % p["target_version"], node=p["node"])
     try:
         api_client = get_api_client(p)
     except K8sAuthError as exc:

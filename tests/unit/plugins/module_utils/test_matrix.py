@@ -131,3 +131,9 @@ def test_rebellions_audit_uses_full_version():
     assert audit_node(node, RB, m)["status"] == "OK"
     r = audit_node(node, RB, m, planned_driver="3.0.0")
     assert r["status"] == "MISSING" and r["tag"] == "3.0.0-6.8.0-90-generic-ubuntu22.04"
+
+
+def test_header_without_rows_is_an_error():
+    # Every node would be MISSING: the wrong file, not a fleet without builds (found by a new user).
+    with pytest.raises(MatrixError, match=r"m.csv: empty matrix \(a header but no rows\)"):
+        parse_csv("driver_branch,kernel,os_tag\n\n", "m.csv")

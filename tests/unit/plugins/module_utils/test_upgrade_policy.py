@@ -109,3 +109,25 @@ def test_nvidia_cluster_policy_spelling():
         }
     )
     assert p.drain.delete_empty_dir_data and p.pod_deletion.delete_empty_dir_data
+
+
+@pytest.mark.parametrize(
+    "raw, first, second",
+    [
+        ({"maxParallelUpgrades": 1, "max_parallel_upgrades": 3},
+         "policy.maxParallelUpgrades", "policy.max_parallel_upgrades"),
+        ({"gpuPodDeletion": {"force": True}, "npuPodDeletion": {"force": False}},
+         "policy.gpuPodDeletion", "policy.npuPodDeletion"),
+        ({"drain": {"deleteEmptyDirData": True, "deleteEmptyDir": False}},
+         "policy.drain.deleteEmptyDirData", "policy.drain.deleteEmptyDir"),
+    ],
+)
+def test_two_spellings_of_one_field_are_rejected(raw, first, second):
+    with pytest.raises(PolicyError) as err:
+        parse_policy(raw)
+    assert first in str(err.value) and second in str(err.value)
+
+
+def test_max_unavailable_message_names_both_forms():
+    with pytest.raises(PolicyError, match=r"integer or a whole percentage such as '25%'"):
+        parse_policy({"maxUnavailable": "12.5%"})
