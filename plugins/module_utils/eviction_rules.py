@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade_policy import split_selector
+
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 # Blocker class -> (drain option, pod-deletion option) that overrides it.
@@ -95,24 +97,12 @@ _EQ_TERM = re.compile(r"^\s*([A-Za-z0-9./_-]+)\s*(==|=|!=)\s*([A-Za-z0-9._-]*)\s
 _EXISTS_TERM = re.compile(r"^\s*(!?)\s*([A-Za-z0-9./_-]+)\s*$")
 
 
-def _split_terms(selector: str) -> list[str]:
-    terms, depth, cur = [], 0, ""
-    for ch in selector:
-        depth += ch == "("
-        depth -= ch == ")"
-        if ch == "," and depth == 0:
-            terms.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    terms.append(cur)
-    return [t for t in terms if t.strip()]
 
 
 def matches_selector(labels: Mapping[str, str] | None, selector: str) -> bool:
     """Evaluate a label selector string against ``labels``; "" matches everything."""
     labels = labels or {}
-    for term in _split_terms(selector or ""):
+    for term in split_selector(selector or ""):
         m = _SET_TERM.match(term)
         if m:
             values = {v.strip() for v in m.group(3).split(",") if v.strip()}

@@ -135,14 +135,14 @@ def _to_selector(path: str, value: Any) -> str:
         return ""
     if not isinstance(value, str):
         raise PolicyError("%s must be a label selector string such as 'app=trainer', got %r" % (path, value))
-    for term in _split_selector(value):
+    for term in split_selector(value):
         if not _SELECTOR_TERM.match(term):
             raise PolicyError("%s: %r is not a valid label selector term" % (path, term))
     return value.strip()
 
 
-def _split_selector(selector: str) -> list[str]:
-    """Split on commas outside parentheses."""
+def split_selector(selector: str) -> list[str]:
+    """Label-selector terms: split on commas outside parentheses (``a in (x,y),b`` -> 2 terms)."""
     terms, depth, cur = [], 0, ""
     for ch in selector:
         depth += ch == "("
