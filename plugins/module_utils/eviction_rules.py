@@ -97,8 +97,6 @@ _EQ_TERM = re.compile(r"^\s*([A-Za-z0-9./_-]+)\s*(==|=|!=)\s*([A-Za-z0-9._-]*)\s
 _EXISTS_TERM = re.compile(r"^\s*(!?)\s*([A-Za-z0-9./_-]+)\s*$")
 
 
-
-
 def matches_selector(labels: Mapping[str, str] | None, selector: str) -> bool:
     """Evaluate a label selector string against ``labels``; "" matches everything."""
     labels = labels or {}
