@@ -9,8 +9,17 @@ class ModuleDocFragment:
 options:
   kubeconfig:
     description:
-      - Path to a kubeconfig file. Defaults to E(K8S_AUTH_KUBECONFIG), then E(KUBECONFIG), then
-        C(~/.kube/config), then the in-cluster service account when running in a pod.
+      - Path, or a list separated by C(:) (C(;) on Windows), of kubeconfig files. A list is merged by the
+        kubernetes Python client - files that do not exist are skipped, the first file that defines a
+        cluster, user or context name wins (as with kubectl), and the current context is the one set by
+        the B(last) file that sets C(current-context) (kubectl takes the first; set O(context) when
+        several files set one).
+      - 'Unset: E(K8S_AUTH_KUBECONFIG), then E(KUBECONFIG) (a path or list, merged as above), then
+        C(~/.kube/config), then the in-cluster service account when running in a pod.'
+      - The first of these that is set is used; if it names no existing file the task fails instead of
+        falling through to the next one (which could be another cluster).
+      - Ignored with O(host) and O(api_key), and with O(in_cluster=true). The source and context used
+        are returned as C(kube_auth).
     type: path
   context:
     description:

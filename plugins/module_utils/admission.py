@@ -1,26 +1,79 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Admission of a node into an upgrade: ``maxUnavailable`` and ``maxParallelUpgrades`` across the
-vendor's nodes (those with the presence label), so the limits hold across batches and across
-concurrent runs. A node is unavailable when it is cordoned or not Ready."""
+vendor's nodes (those with the presence label), holding under concurrency — hosts of one batch that
+run ``prepare`` at the same moment, and two runs started at once.
+
+A node counts as unavailable when it is cordoned, not Ready, or anywhere between upgrade-required and
+uncordon-required (its state label); it counts against ``maxParallelUpgrades`` in those states. Reading
+the nodes and then labelling one is check-then-act, so admission also goes through a *slot record*: a
+``coordination.k8s.io/v1`` Lease per vendor (``npuops-fleet-admission-<vendor>``) whose annotation
+lists the nodes admitted whose state label may not show it yet. A run reads the record, then lists the
+nodes, decides, and writes the record back with the resourceVersion it read (optimistic concurrency:
+a 409 means another run wrote in between, so it decides again). The winner labels its node
+upgrade-required (itself guarded by the node's resourceVersion) and removes its entry; an entry left
+by a killed run expires after :data:`SLOT_GRACE` seconds, by which time its node's label says it all.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional
 
-from ansible_collections.npuops.fleet.plugins.module_utils import k8s_wait
+from ansible_collections.npuops.fleet.plugins.module_utils import k8s_retry, k8s_wait
 from ansible_collections.npuops.fleet.plugins.module_utils.node_record import node_ready
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade_policy import max_unavailable_count
-from ansible_collections.npuops.fleet.plugins.module_utils.upgrade_state_machine import IN_PROGRESS_STATES
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade_state_machine import ADMITTED_STATES
+
+SLOTS_ANNOTATION = "npuops.io/admitted-nodes"
+# Seconds an entry stays valid: far longer than the two API calls between claiming a slot and
+# labelling the node (each retried for at most k8s_retry.DEFAULT_BUDGET).
+SLOT_GRACE = 300.0
+DEFAULT_NAMESPACE = "kube-system"
 
 
-def verdict(profile: Mapping[str, Any], policy: Any, node_name: str, nodes: list[Mapping[str, Any]]) -> Optional[str]:
-    """None when ``node_name`` may start; otherwise the reason it must wait."""
-    others = [n for n in nodes if n["metadata"]["name"] != node_name]
-    me = [n for n in nodes if n["metadata"]["name"] == node_name]
+class AdmissionConflict(RuntimeError):
+    """Another run is admitting the same node right now."""
+
+
+def slot_lease_name(profile: Mapping[str, Any]) -> str:
+    return "npuops-fleet-admission-%s" % profile["name"]
+
+
+def _name(node: Mapping[str, Any]) -> str:
+    return node["metadata"]["name"]
+
+
+def _taken(node: Mapping[str, Any], state_label: str) -> bool:
+    return (node["metadata"].get("labels") or {}).get(state_label) in ADMITTED_STATES
+
+
+def _unavailable(node: Mapping[str, Any], state_label: str) -> bool:
+    return bool((node.get("spec") or {}).get("unschedulable")) or not node_ready(node) or _taken(node, state_label)
+
+
+def verdict(
+    profile: Mapping[str, Any],
+    policy: Any,
+    node_name: str,
+    nodes: list[Mapping[str, Any]],
+    admitted_elsewhere: frozenset[str] | set[str] = frozenset(),
+) -> Optional[str]:
+    """None when ``node_name`` may start; otherwise the reason it must wait (pure).
+
+    ``nodes``: the vendor's Node dicts; ``admitted_elsewhere``: nodes holding a live slot entry of
+    another run (admitted, label maybe not written yet) — they count as unavailable and in progress.
+    """
+    state_label = profile["upgrade_state_label"]
+    others = [n for n in nodes if _name(n) != node_name]
+    me = [n for n in nodes if _name(n) == node_name]
     unavailable = sorted(
-        n["metadata"]["name"] for n in others if (n.get("spec") or {}).get("unschedulable") or not node_ready(n)
+        _name(n) for n in others if _unavailable(n, state_label) or _name(n) in admitted_elsewhere
     )
-    self_unavailable = bool(me) and (bool((me[0].get("spec") or {}).get("unschedulable")) or not node_ready(me[0]))
+    self_unavailable = bool(me) and _unavailable(me[0], state_label)
     limit = max_unavailable_count(policy.max_unavailable, len(nodes) or 1)
     if len(unavailable) + (0 if self_unavailable else 1) > limit:
         return "maxUnavailable %s (= %d of %d %s nodes) reached: unavailable now: %s" % (
@@ -31,26 +84,155 @@ def verdict(profile: Mapping[str, Any], policy: Any, node_name: str, nodes: list
             ", ".join(unavailable),
         )
     if policy.max_parallel_upgrades:
-        state_label = profile["upgrade_state_label"]
-        busy = sorted(
-            n["metadata"]["name"]
-            for n in others
-            if ((n["metadata"].get("labels") or {}).get(state_label) in IN_PROGRESS_STATES)
-        )
+        busy = sorted(_name(n) for n in others if _taken(n, state_label) or _name(n) in admitted_elsewhere)
         if len(busy) >= policy.max_parallel_upgrades:
             return "maxParallelUpgrades %d reached: upgrading now: %s" % (policy.max_parallel_upgrades, ", ".join(busy))
     return None
 
 
+@dataclass
+class SlotRecord:
+    """The Lease as read: ``lease`` is None when it does not exist yet."""
+
+    lease: Optional[dict[str, Any]]
+    entries: dict[str, dict[str, Any]]
+
+
+class Slots:
+    """Read and write the per-vendor slot record (a Lease) with resourceVersion preconditions."""
+
+    def __init__(
+        self,
+        coord: Any,
+        profile: Mapping[str, Any],
+        namespace: str = DEFAULT_NAMESPACE,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.coord = coord
+        self.namespace = namespace
+        self.name = slot_lease_name(profile)
+        self.clock = clock
+
+    def read(self) -> SlotRecord:
+        try:
+            resp = k8s_retry.call(self.coord.read_namespaced_lease, self.name, self.namespace, _preload_content=False)
+        except Exception as exc:  # noqa: BLE001
+            if getattr(exc, "status", None) == 404:
+                return SlotRecord(None, {})
+            raise
+        lease = json.loads(resp.data)
+        raw = ((lease.get("metadata") or {}).get("annotations") or {}).get(SLOTS_ANNOTATION) or "{}"
+        try:
+            entries = json.loads(raw)
+        except ValueError:
+            entries = {}
+        return SlotRecord(lease, entries if isinstance(entries, dict) else {})
+
+    def live(self, record: SlotRecord, node_names: Optional[set[str]] = None) -> dict[str, dict[str, Any]]:
+        """Entries not older than SLOT_GRACE (and, when given, for nodes that still exist)."""
+        now = self.clock()
+        return {
+            n: e
+            for n, e in record.entries.items()
+            if isinstance(e, dict)
+            and now - float(e.get("since") or 0) < SLOT_GRACE
+            and (node_names is None or n in node_names)
+        }
+
+    def write(self, record: SlotRecord, entries: Mapping[str, Any]) -> bool:
+        """Write ``entries`` if the record is unchanged since ``record`` was read; False on a conflict."""
+        body: dict[str, Any] = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": self.name,
+                "namespace": self.namespace,
+                "annotations": {SLOTS_ANNOTATION: json.dumps(dict(entries), sort_keys=True)},
+            },
+            "spec": {"holderIdentity": "npuops.fleet admission slots"},
+        }
+        try:
+            if record.lease is None:
+                k8s_retry.call(self.coord.create_namespaced_lease, self.namespace, body, _preload_content=False)
+            else:
+                body["metadata"]["resourceVersion"] = record.lease["metadata"]["resourceVersion"]
+                k8s_retry.call(
+                    self.coord.replace_namespaced_lease, self.name, self.namespace, body, _preload_content=False
+                )
+        except Exception as exc:  # noqa: BLE001
+            if getattr(exc, "status", None) == 409:  # changed meanwhile, or created by another run
+                return False
+            raise
+        return True
+
+    def release(self, node_name: str, token: str, attempts: int = 10) -> bool:
+        """Remove this run's entry for ``node_name`` (and expired ones). False when it could not."""
+        for _ in range(attempts):
+            record = self.read()
+            entries = self.live(record)
+            if (record.entries.get(node_name) or {}).get("token") == token:
+                entries.pop(node_name, None)
+            elif entries == record.entries:
+                return True
+            if self.write(record, entries):
+                return True
+        return False
+
+
 def wait_admission(
-    core: Any, profile: Mapping[str, Any], policy: Any, node_name: str, timeout: Optional[float]
+    core: Any,
+    slots: Slots,
+    profile: Mapping[str, Any],
+    policy: Any,
+    node_name: str,
+    token: str,
+    timeout: Optional[float],
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Optional[str]:
-    """Wait (watch on the vendor's nodes) until admitted; returns None or the last reason after ``timeout``."""
-    last: dict[str, Optional[str]] = {"why": None}
+    """Wait until ``node_name`` is admitted and claim its slot; None when claimed, otherwise the last
+    reason after ``timeout`` seconds (None = forever). Polls every 1-5 s while it must wait.
 
-    def admitted(items: list[dict[str, Any]]) -> bool:
-        last["why"] = verdict(profile, policy, node_name, items)
-        return last["why"] is None
+    Raises AdmissionConflict when another run holds a live entry for the same node.
+    """
+    end = None if timeout is None else clock() + timeout
+    delays = k8s_retry.backoff_delays(first=1.0, cap=5.0)
+    selector = "%s=true" % profile["presence_label"]
+    while True:
+        record = slots.read()  # first the record, then the nodes: see the module docstring
+        nodes = k8s_wait.list_raw(core.list_node, label_selector=selector).get("items") or []
+        live = slots.live(record, {_name(n) for n in nodes} | {node_name})
+        mine = live.get(node_name)
+        if mine and mine.get("token") != token:
+            raise AdmissionConflict(
+                "another run (%s) is starting an upgrade of node %s right now" % (mine.get("holder", "?"), node_name)
+            )
+        why = verdict(profile, policy, node_name, nodes, set(live) - {node_name})
+        if why is None:
+            claimed = dict(live)
+            claimed[node_name] = {
+                "token": token,
+                "since": slots.clock(),
+                "holder": "%s/%d" % (socket.gethostname(), os.getpid()),
+            }
+            if slots.write(record, claimed):
+                return None
+            continue  # someone wrote in between: decide again on fresh data
+        if end is not None and clock() >= end:
+            return why
+        delay = next(delays)
+        sleep(delay if end is None else max(0.0, min(delay, end - clock())))
 
-    result = k8s_wait.wait_for(core.list_node, admitted, timeout, label_selector="%s=true" % profile["presence_label"])
-    return None if result.ok else last["why"]
+
+def check_admission(
+    core: Any, slots: Optional[Slots], profile: Mapping[str, Any], policy: Any, node_name: str
+) -> Optional[str]:
+    """Read-only verdict for check mode (no slot claimed); slot record read errors count as empty."""
+    live: dict[str, Any] = {}
+    if slots is not None:
+        try:
+            live = slots.live(slots.read())
+        except Exception:  # noqa: BLE001 - check mode must not fail on a missing read right
+            live = {}
+    nodes = k8s_wait.list_raw(core.list_node, label_selector="%s=true" % profile["presence_label"]).get("items") or []
+    return verdict(profile, policy, node_name, nodes, set(live) - {node_name})

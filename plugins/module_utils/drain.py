@@ -2,9 +2,25 @@
 """Removing pods from a node: PDB preflight, evictions with PDB-refusal retry, deletions, and the
 wait until the pods are really gone. Which pods may go is decided in ``eviction_rules.py``.
 
-Evictions go through the Eviction API (policy/v1). A 429 answer is a PodDisruptionBudget refusal:
-it is retried with backoff until the step's deadline, never turned into a delete (C13). When the
-deadline passes, :class:`DrainError` names the PDBs that allow 0 disruptions and the pods still there.
+Evictions go through the Eviction API (policy/v1, ``POST .../pods/<name>/eviction``). Its answers
+are sorted into three classes (:func:`classify_eviction_error`):
+
+* done: 404 (the pod is gone) and 409 (the uid precondition failed: the name now belongs to a
+  replacement pod), and a pod that already has a ``deletionTimestamp`` (nothing left to evict, the
+  caller still waits for it);
+* retried: 429 (a PodDisruptionBudget refusal, retried with backoff until the step's deadline and
+  never turned into a delete, C13), transport errors (connection refused/reset, timeouts) and the
+  transient 5xx answers 502, 503, 504 and 500 -- except the apiserver's deterministic 500 for a pod
+  covered by more than one PDB (:data:`MULTIPLE_PDBS_MESSAGE`, pkg/registry/core/pod/storage/eviction.go);
+* refused: everything else (403 from RBAC or an admission policy/webhook, 400, 401, 422, the
+  multiple-PDB 500, ...). Retrying cannot change such an answer, so the step ends at once, also
+  when the deadline is None (``timeoutSeconds: 0`` = wait forever).
+
+A step that ends raises :class:`DrainError` with ``kind`` = :data:`KIND_REFUSED`,
+:data:`KIND_TIMEOUT` (PDB refusals outlasted the deadline) or :data:`KIND_UNAVAILABLE` (transient
+errors outlasted it). :func:`probe_evictions` asks the same API with a server-side dry run, and
+:func:`multi_pdb_pods` finds pods covered by two PDBs from a PDB list alone, so check mode and
+status can name structural blockers without any write.
 """
 
 from __future__ import annotations
@@ -16,6 +32,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 
 from ansible_collections.npuops.fleet.plugins.module_utils import k8s_retry, k8s_wait
 from ansible_collections.npuops.fleet.plugins.module_utils.eviction_rules import (
+    is_terminating,
     matches_label_selector_object,
     pod_ref,
 )
@@ -25,19 +42,59 @@ try:
 except ImportError:  # pragma: no cover
     ApiException = Exception  # type: ignore[misc,assignment]
 
+# The apiserver's answer (HTTP 500, reason InternalError) when a pod is covered by more than one PDB;
+# it does not depend on time or load, so retrying it would only hang the drain.
+MULTIPLE_PDBS_MESSAGE = (
+    "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
+)
+_MULTIPLE_PDBS_MARK = "more than one PodDisruptionBudget"
+RETRYABLE_5XX = frozenset({500, 502, 503, 504})
+
+# DrainError.kind values.
+KIND_REFUSED = "refused"  # deterministic answer (403, 400, 422, multiple-PDB 500, ...): retrying cannot help
+KIND_TIMEOUT = "timeout"  # PDB refusals (429) until the deadline
+KIND_UNAVAILABLE = "unavailable"  # transport errors / transient 5xx until the deadline
+
+# classify_eviction_error() results.
+OUTCOME_DONE = "done"
+OUTCOME_PDB = "pdb"
+OUTCOME_RETRY = "retry"
+OUTCOME_REFUSED = "refused"
+
 
 class DrainError(RuntimeError):
+    """A removal step that cannot finish.
+
+    ``removed``: refs ("ns/name") already evicted/deleted (or found gone) before the error;
+    ``remaining``: refs not yet removed; ``pdbs``: "ns/name" of the PDBs involved, when known;
+    ``kind``: :data:`KIND_REFUSED`, :data:`KIND_TIMEOUT` or :data:`KIND_UNAVAILABLE`;
+    ``pod``: the ref whose answer ended the step (None for a timeout over several pods);
+    ``status``: that answer's HTTP status (None for transport errors);
+    ``server_message``: the server's ``message`` (or the transport error text);
+    ``refusals``: ref -> last 429 message, for every pod a PDB refused.
+    """
+
     def __init__(
         self,
         msg: str,
         removed: Optional[list[str]] = None,
         remaining: Optional[list[str]] = None,
         pdbs: Optional[list[str]] = None,
+        kind: str = KIND_REFUSED,
+        pod: Optional[str] = None,
+        status: Optional[int] = None,
+        server_message: str = "",
+        refusals: Optional[dict[str, str]] = None,
     ) -> None:
         super().__init__(msg)
         self.removed = removed or []
         self.remaining = remaining or []
         self.pdbs = pdbs or []
+        self.kind = kind
+        self.pod = pod
+        self.status = status
+        self.server_message = server_message
+        self.refusals = refusals or {}
 
 
 @dataclass
@@ -67,32 +124,119 @@ def describe_pdb(pdb: Mapping[str, Any]) -> str:
     )
 
 
+def _pdb_covers(pdb: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
+    # policy/v1: selector {} covers every pod of the namespace, a missing selector none (D13), whatever
+    # status.expectedPods says.
+    return pod["metadata"].get("namespace") == pdb["metadata"]["namespace"] and matches_label_selector_object(
+        pod["metadata"].get("labels"), (pdb.get("spec") or {}).get("selector")
+    )
+
+
+def _list_pdbs(policy_api: Any) -> list[dict[str, Any]]:
+    return k8s_wait.list_raw(policy_api.list_pod_disruption_budget_for_all_namespaces).get("items") or []
+
+
 def blocking_pdbs(policy_api: Any, pods: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Every PDB that covers one of ``pods`` and now allows 0 disruptions (the C13 preflight).
 
-    Returns [{"pdb": "ns/name", "detail": describe_pdb(), "pods": ["ns/pod", ...]}].
+    Returns [{"pdb": "ns/name", "detail": describe_pdb(), "pods": ["ns/pod", ...]}]. Pods covered by
+    several PDBs are a different (structural) problem: see :func:`multi_pdb_pods`.
     """
     pods = list(pods)
     if not pods:
         return []
-    data = k8s_wait.list_raw(policy_api.list_pod_disruption_budget_for_all_namespaces)
     found = []
-    for pdb in data.get("items") or []:
-        ns = pdb["metadata"]["namespace"]
-        covered = [
-            pod_ref(p)
-            for p in pods
-            if p["metadata"].get("namespace") == ns
-            and matches_label_selector_object(p["metadata"].get("labels"), (pdb.get("spec") or {}).get("selector"))
-        ]
+    for pdb in _list_pdbs(policy_api):
+        covered = [pod_ref(p) for p in pods if _pdb_covers(pdb, p)]
         if covered and int((pdb.get("status") or {}).get("disruptionsAllowed") or 0) <= 0:
+            ns = pdb["metadata"]["namespace"]
             found.append({"pdb": "%s/%s" % (ns, pdb["metadata"]["name"]), "detail": describe_pdb(pdb), "pods": covered})
     return found
+
+
+def pdbs_covering(policy_api: Any, pods: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """For each of ``pods`` covered by at least one PDB: "ns/pod" -> sorted ["ns/pdb", ...] (one list call)."""
+    pods = list(pods)
+    if not pods:
+        return {}
+    return covering_from_items(_list_pdbs(policy_api), pods)
+
+
+def covering_from_items(pdbs: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """Pure form of :func:`pdbs_covering` over PDB dicts already listed."""
+    pdbs = list(pdbs)
+    out: dict[str, list[str]] = {}
+    for pod in pods:
+        names = sorted(
+            "%s/%s" % (pdb["metadata"]["namespace"], pdb["metadata"]["name"]) for pdb in pdbs if _pdb_covers(pdb, pod)
+        )
+        if names:
+            out[pod_ref(pod)] = names
+    return out
+
+
+def multiple_pdb_reason(pdbs: list[str]) -> str:
+    return "covered by %d PodDisruptionBudgets (%s): the eviction API refuses such pods" % (len(pdbs), ", ".join(pdbs))
+
+
+def multi_pdb_pods(policy_api: Any, pods: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """Pods the Eviction API will refuse because more than one PDB covers them, found without any write.
+
+    Returns {"ns/pod": "covered by 2 PodDisruptionBudgets (ns/a, ns/b): the eviction API refuses such
+    pods"} -- the same shape as :func:`probe_evictions`, so the two can be merged.
+    """
+    return {ref: multiple_pdb_reason(names) for ref, names in pdbs_covering(policy_api, pods).items() if len(names) > 1}
 
 
 def _split(ref: str) -> tuple[str, str]:
     ns, name = ref.split("/", 1)
     return ns, name
+
+
+def _reason(exc: Any) -> str:
+    """The server's ``message`` from a Status body, else the body, else "<status> <reason>"."""
+    body = getattr(exc, "body", None)
+    if body:
+        if isinstance(body, bytes):
+            body = body.decode("utf-8", "replace")
+        try:
+            return json.loads(body).get("message") or str(body)
+        except (ValueError, AttributeError):
+            return str(body)
+    status = getattr(exc, "status", None)
+    if status is None:
+        return "%s: %s" % (type(exc).__name__, exc)
+    return "%s %s" % (status, getattr(exc, "reason", exc))
+
+
+def classify_eviction_error(exc: BaseException) -> str:
+    """Sort an error raised by an eviction call into OUTCOME_DONE / _PDB / _RETRY / _REFUSED.
+
+    Only API answers (ApiException with a status) and transport errors are classified; anything
+    else is OUTCOME_REFUSED too, but :func:`evict` re-raises such programming errors unchanged.
+    """
+    status = getattr(exc, "status", None)
+    if isinstance(exc, ApiException) and status:
+        if status in (404, 409):
+            return OUTCOME_DONE
+        if status == 429:
+            return OUTCOME_PDB
+        if status == 500 and _MULTIPLE_PDBS_MARK in _reason(exc):
+            return OUTCOME_REFUSED
+        return OUTCOME_RETRY if status in RETRYABLE_5XX else OUTCOME_REFUSED
+    # Status 0 (the client's own SSL/transport failure) and urllib3/socket errors.
+    return OUTCOME_RETRY if k8s_retry.is_transient(exc) else OUTCOME_REFUSED
+
+
+def _eviction_body(pod: Mapping[str, Any]) -> dict[str, Any]:
+    meta = pod["metadata"]
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+        # Precondition on uid: never evict a replacement pod that reuses the name.
+        "deleteOptions": {"preconditions": {"uid": meta.get("uid")}},
+    }
 
 
 def evict(
@@ -103,41 +247,66 @@ def evict(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> list[str]:
-    """Evict ``pods`` (dicts); retry PDB refusals (429) with backoff until ``deadline``.
+    """Evict ``pods`` (pod dicts); retry PDB refusals (429) with backoff until ``deadline``.
 
-    Returns the refs whose eviction was accepted (or that were already gone). Raises DrainError
-    with the refused pods and the server's last refusal message when the deadline passes.
+    ``deadline``: ``clock()`` value (monotonic seconds) after which no retry starts; None = no limit.
+    ``on_refusal(ref, message)`` is called for each 429. Returns the refs that need no further
+    eviction: accepted, already gone (404), replaced (409) or already terminating (no call made).
+    The caller waits for all of them to leave the node (:func:`wait_gone` with their uids).
+
+    Raises DrainError (``removed`` = refs done so far, ``remaining`` = the others) with
+    ``kind=KIND_REFUSED`` at the first deterministic refusal (after exactly one call for that pod),
+    ``kind=KIND_TIMEOUT`` when PDB refusals outlast the deadline and ``kind=KIND_UNAVAILABLE`` when
+    transport errors / transient 5xx do.
     """
-    pending = {pod_ref(p): p for p in pods}
+    pending: dict[str, Mapping[str, Any]] = {}
     done: list[str] = []
+    for pod in pods:
+        # Already being deleted: an eviction would only delete it again (the apiserver skips the PDB
+        # check for such pods), so there is nothing to evict; the caller's wait covers it.
+        if is_terminating(pod):
+            done.append(pod_ref(pod))
+        else:
+            pending[pod_ref(pod)] = pod
     refusals: dict[str, str] = {}
     delays = k8s_retry.backoff_delays(first=1.0, cap=5.0)
     while pending:
         for ref in list(pending):
             ns, name = _split(ref)
-            body = {
-                "apiVersion": "policy/v1",
-                "kind": "Eviction",
-                "metadata": {"name": name, "namespace": ns},
-                # Precondition on uid: never evict a replacement pod that reuses the name.
-                "deleteOptions": {"preconditions": {"uid": pending[ref]["metadata"].get("uid")}},
-            }
             try:
-                _evict_once(core, name, ns, body, deadline)
-                done.append(ref)
-                pending.pop(ref)
-            except ApiException as exc:
-                if exc.status in (404, 409):  # gone, or replaced (uid precondition failed)
-                    done.append(ref)
-                    pending.pop(ref)
-                elif exc.status == 429:
+                _evict_once(core, name, ns, _eviction_body(pending[ref]), deadline, clock=clock, sleep=sleep)
+            except Exception as exc:  # noqa: BLE001 - classified below
+                outcome = classify_eviction_error(exc)
+                if not isinstance(exc, ApiException) and outcome == OUTCOME_REFUSED:
+                    raise  # not an API answer nor a transport error: a bug, keep its traceback
+                if outcome == OUTCOME_PDB:
                     refusals[ref] = _reason(exc)
                     if on_refusal:
                         on_refusal(ref, refusals[ref])
-                else:
+                    continue
+                if outcome != OUTCOME_DONE:
+                    # RETRY here means _evict_once gave up at the deadline.
+                    kind = KIND_UNAVAILABLE if outcome == OUTCOME_RETRY else KIND_REFUSED
+                    message = _reason(exc)
+                    status = getattr(exc, "status", None) or None
                     raise DrainError(
-                        "eviction of pod %s failed: %s" % (ref, _reason(exc)), removed=done, remaining=sorted(pending)
+                        "eviction of pod %s %s: %s%s"
+                        % (
+                            ref,
+                            "refused" if kind == KIND_REFUSED else "failed until the timeout",
+                            "HTTP %s: " % status if status else "",
+                            message,
+                        ),
+                        removed=done,
+                        remaining=sorted(pending),
+                        kind=kind,
+                        pod=ref,
+                        status=status,
+                        server_message=message,
+                        refusals=refusals,
                     )
+            done.append(ref)
+            pending.pop(ref)
         if not pending:
             break
         delay = next(delays)
@@ -147,23 +316,72 @@ def evict(
                 % "; ".join("%s: %s" % (r, refusals.get(r, "?")) for r in sorted(pending)),
                 removed=done,
                 remaining=sorted(pending),
+                kind=KIND_TIMEOUT,
+                pod=sorted(pending)[0] if len(pending) == 1 else None,
+                status=429,
+                server_message=refusals.get(sorted(pending)[0], ""),
+                refusals=refusals,
             )
         sleep(delay)
     return done
 
 
-def _evict_once(core: Any, name: str, ns: str, body: Mapping[str, Any], deadline: Optional[float]) -> None:
-    """One eviction, retrying only transport errors and 5xx (a 429 is a PDB refusal: the caller's)."""
+def _evict_once(
+    core: Any,
+    name: str,
+    ns: str,
+    body: Mapping[str, Any],
+    deadline: Optional[float],
+    dry_run: bool = False,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """One eviction call; retries only OUTCOME_RETRY errors (transport, transient 5xx) until
+    ``deadline`` (None = forever). Everything else -- 429 included, it is the caller's -- is raised."""
+    kwargs: dict[str, Any] = {"dry_run": "All"} if dry_run else {}
     for delay in k8s_retry.backoff_delays():
         try:
-            core.create_namespaced_pod_eviction(name, ns, body, _preload_content=False)
+            core.create_namespaced_pod_eviction(name, ns, body, _preload_content=False, **kwargs)
             return
-        except Exception as exc:  # noqa: BLE001
-            status = getattr(exc, "status", None)
-            transient = k8s_retry.is_transient(exc) and status != 429
-            if not transient or (deadline is not None and time.monotonic() + delay > deadline):
+        except Exception as exc:  # noqa: BLE001 - classified below
+            if classify_eviction_error(exc) != OUTCOME_RETRY:
                 raise
-            time.sleep(delay)
+            if deadline is not None and clock() + delay > deadline:
+                raise
+            sleep(delay)
+
+
+def probe_evictions(
+    core: Any,
+    pods: Iterable[Mapping[str, Any]],
+    budget: float = 30.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, str]:
+    """Read-only preflight: ask the Eviction API with server-side dry run (``dryRun=All``) for each pod.
+
+    Returns {"ns/pod": "<server's message> (HTTP <status>)"} for the pods the API refuses for a
+    structural reason (OUTCOME_REFUSED: RBAC or admission 403, the multiple-PDB 500, 400, 422, ...).
+    A 429 (PDB allows 0 disruptions now) is not structural -- :func:`blocking_pdbs` reports it --
+    nor are 404/409 or transient errors (each pod's transient errors are retried for ``budget``
+    seconds, then the pod is left out). Terminating pods are not asked. Nothing is evicted: the
+    server runs authorization, admission and the PDB checks, then persists nothing.
+    """
+    refused: dict[str, str] = {}
+    for pod in pods:
+        if is_terminating(pod):
+            continue
+        ref = pod_ref(pod)
+        ns, name = _split(ref)
+        try:
+            _evict_once(core, name, ns, _eviction_body(pod), clock() + budget, dry_run=True, clock=clock, sleep=sleep)
+        except Exception as exc:  # noqa: BLE001 - classified below
+            if classify_eviction_error(exc) != OUTCOME_REFUSED:
+                continue
+            if not isinstance(exc, ApiException):
+                raise
+            refused[ref] = "%s (HTTP %s)" % (_reason(exc), exc.status)
+    return refused
 
 
 def delete(core: Any, pods: list[Mapping[str, Any]], deadline: Optional[float]) -> list[str]:
@@ -182,13 +400,53 @@ def delete(core: Any, pods: list[Mapping[str, Any]], deadline: Optional[float]) 
             )
         except ApiException as exc:
             if exc.status not in (404, 409):
-                raise DrainError("deletion of pod %s failed: %s" % (pod_ref(pod), _reason(exc)), removed=done)
+                message = _reason(exc)
+                raise DrainError(
+                    "deletion of pod %s failed: %s" % (pod_ref(pod), message),
+                    removed=done,
+                    remaining=[pod_ref(p) for p in pods if pod_ref(p) not in done],
+                    kind=KIND_UNAVAILABLE if k8s_retry.is_transient(exc) else KIND_REFUSED,
+                    pod=pod_ref(pod),
+                    status=exc.status or None,
+                    server_message=message,
+                )
         done.append(pod_ref(pod))
     return done
 
 
+def why_left(pod: Mapping[str, Any]) -> str:
+    """Why a pod is still on its node, for messages: "terminating, deletionTimestamp <RFC 3339>, grace
+    <N>s[, finalizers a, b]" or "not terminating, phase <phase>"."""
+    meta = pod.get("metadata") or {}
+    if meta.get("deletionTimestamp"):
+        # deletionTimestamp is the time the kubelet's grace period ends, not when deletion began.
+        why = "terminating, deletionTimestamp %s, grace %ss" % (
+            meta["deletionTimestamp"],
+            meta.get("deletionGracePeriodSeconds", "?"),
+        )
+        if meta.get("finalizers"):
+            why += ", finalizers %s" % ", ".join(meta["finalizers"])
+        return why
+    return "not terminating, phase %s" % ((pod.get("status") or {}).get("phase") or "?")
+
+
+def pods_left(items: Iterable[Mapping[str, Any]], uids: set[str]) -> dict[str, str]:
+    """{"ns/pod": why_left()} for the pods in ``items`` (the node's pods) whose uid is in ``uids``.
+
+    A pod counts as gone when its uid is no longer on the node -- including when the name now
+    belongs to a pod with another uid, no node or another node (a StatefulSet replacement, D11).
+    """
+    return {pod_ref(i): why_left(i) for i in items if i["metadata"]["uid"] in uids}
+
+
 def wait_gone(core: Any, node_name: str, uids: set[str], timeout: Optional[float]) -> list[str]:
-    """Wait (watch) until no pod with one of ``uids`` is left on the node; returns the refs left."""
+    """Wait (list + watch of the node's pods) until no pod with one of ``uids`` is left on the node.
+
+    ``timeout``: seconds, None = forever. Pods with a deletionTimestamp keep the wait going (they may
+    still hold the device). Returns the pods left at the timeout, sorted, each as
+    "ns/pod (<why_left()>)", e.g. "ns1/db-0 (terminating, deletionTimestamp 2026-01-01T00:15:00Z,
+    grace 900s)"; the ref is the text before the first " (".
+    """
     if not uids:
         return []
     result = k8s_wait.wait_for(
@@ -197,14 +455,4 @@ def wait_gone(core: Any, node_name: str, uids: set[str], timeout: Optional[float
         timeout,
         field_selector="spec.nodeName=%s" % node_name,
     )
-    return sorted(pod_ref(i) for i in result.items if i["metadata"]["uid"] in uids)
-
-
-def _reason(exc: Any) -> str:
-    body = getattr(exc, "body", None)
-    if body:
-        try:
-            return json.loads(body).get("message") or str(body)
-        except (ValueError, AttributeError):
-            return str(body)
-    return "%s %s" % (getattr(exc, "status", ""), getattr(exc, "reason", exc))
+    return ["%s (%s)" % (ref, why) for ref, why in sorted(pods_left(result.items, uids).items())]

@@ -2,8 +2,8 @@
 """Driver mismatch verdict (cases C1, C2, C3, C6, C17): three versions compared, one answer.
 
 Inputs: the loaded kernel module version, the version of the module on disk for the kernel the host
-boots next, and the userspace version (nvidia-smi / NVML / the utils package). Debian revisions are
-dropped before comparing. Verdicts:
+boots next, and the userspace version (nvidia-smi / NVML / the utils package). Every comparison is
+driver_version.same_driver_version (revision dropped, 07 == 7, NVML's major.minor matches). Verdicts:
 
 * ``no_driver``        — no module loaded, none on disk for the boot kernel, no userspace.
 * ``rebuild_required`` — the module on disk for the boot kernel is missing or differs from the
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ansible_collections.npuops.fleet.plugins.module_utils.smi_parsers import normalize_version, versions_match
+from ansible_collections.npuops.fleet.plugins.module_utils.driver_version import normalize_version, same_driver_version
 
 VERDICTS = ("ok", "reload_required", "rebuild_required", "no_driver", "no_devices")
 
@@ -59,7 +59,7 @@ def driver_verdict(
         known = [v for v in (loaded_n, disk_n, user_n) if v]
         # loaded and on-disk must be known and equal to it; the userspace only when it is known
         res["expected_match"] = (
-            None if not exp else bool(loaded_n and disk_n) and all(versions_match(v, exp) for v in known)
+            None if not exp else bool(loaded_n and disk_n) and all(same_driver_version(v, exp) for v in known)
         )
         return res
 
@@ -72,8 +72,8 @@ def driver_verdict(
             "a reboot will not fix this: no driver module is installed for %s (userspace is %s); "
             "module build/install is wrong" % (kernel, reference),
         )
-    if reference and disk_n and not versions_match(disk_n, reference):
-        if loaded_n and versions_match(loaded_n, disk_n):
+    if reference and disk_n and not same_driver_version(disk_n, reference):
+        if loaded_n and same_driver_version(loaded_n, disk_n):
             reason = (
                 "a reboot will not fix this: the installed module is %s (for %s), userspace is %s; "
                 "module build/install is wrong" % (disk_n, kernel, reference)
@@ -93,7 +93,7 @@ def driver_verdict(
             "module reload or reboot required: no module loaded, the module for %s is %s" % (kernel, disk_n),
         )
     ref = reference or disk_n
-    if not versions_match(loaded_n, ref):
+    if not same_driver_version(loaded_n, ref):
         return done(
             "reload_required",
             "module reload or reboot required: kernel module %s vs userspace %s" % (loaded_n, ref),

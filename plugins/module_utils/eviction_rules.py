@@ -7,6 +7,13 @@ are skipped, finished pods may always go, pods with ``emptyDir`` volumes block u
 vendor's drain-skip label keeps a pod, ``podSelector`` narrows the drain, and the pod-deletion step
 only touches accelerator pods (a container requests a resource with the vendor's prefixes).
 Every blocker class carries the policy option that overrides it, so a failure can say what to change.
+
+Pods that already have a ``metadata.deletionTimestamp`` are not evicted or deleted again, but they
+are not ignored either: they may still hold the device until the kubelet has stopped them. Each plan
+puts them in ``PodPlan.wait`` (drain: every terminating pod in the drain's scope that is neither a
+DaemonSet nor a mirror pod; pod deletion: terminating accelerator pods), and the step waits until
+they are gone from the node like the pods it removes. :func:`terminating_pods` gives the same list
+for any step.
 """
 
 from __future__ import annotations
@@ -55,6 +62,17 @@ def is_finished(pod: Mapping[str, Any]) -> bool:
 
 def is_terminating(pod: Mapping[str, Any]) -> bool:
     return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def terminating_pods(pods: Iterable[Mapping[str, Any]], include_daemonsets: bool = False) -> list[str]:
+    """Refs ("ns/name", in input order) of the pods with a ``metadata.deletionTimestamp``, mirror pods
+    excluded (the API cannot delete them; the kubelet owns them), DaemonSet pods only when
+    ``include_daemonsets`` (e.g. operand pods a paused DaemonSet is removing)."""
+    return [
+        pod_ref(p)
+        for p in pods
+        if is_terminating(p) and not is_mirror_pod(p) and (include_daemonsets or not is_daemonset_pod(p))
+    ]
 
 
 def uses_empty_dir(pod: Mapping[str, Any]) -> bool:
@@ -150,6 +168,7 @@ class PodPlan:
     """Outcome of classifying a node's pods for one step."""
 
     remove: list[str] = field(default_factory=list)  # "ns/name" to evict/delete
+    wait: list[str] = field(default_factory=list)  # "ns/name" already terminating: wait until gone
     ignored: dict[str, list[str]] = field(default_factory=dict)  # reason -> pods left alone
     blockers: dict[str, list[str]] = field(default_factory=dict)  # blocker class -> pods
     step: str = "drain"
@@ -181,13 +200,15 @@ def _apply_storage_and_controller(plan: PodPlan, pod: Mapping[str, Any], force: 
 
 
 def plan_drain(pods: Iterable[Mapping[str, Any]], drain: Any, drain_skip_label: str) -> PodPlan:
-    """Classify the node's pods for a drain (``drain`` = upgrade_policy.Drain)."""
+    """Classify the node's pods for a drain (``drain`` = upgrade_policy.Drain).
+
+    Skipped in this order: DaemonSet and mirror pods, the drain-skip label, ``drain.podSelector``
+    (-> ``ignored``); the rest is terminating (-> ``wait``) or goes to ``remove`` / ``blockers``.
+    """
     plan = PodPlan(step="drain")
     for pod in pods:
         labels = (pod.get("metadata") or {}).get("labels") or {}
-        if is_terminating(pod):
-            plan._add(plan.ignored, "already terminating", pod)
-        elif is_daemonset_pod(pod):
+        if is_daemonset_pod(pod):
             plan._add(plan.ignored, "DaemonSet pods (never evicted)", pod)
         elif is_mirror_pod(pod):
             plan._add(plan.ignored, "mirror (static) pods", pod)
@@ -195,18 +216,28 @@ def plan_drain(pods: Iterable[Mapping[str, Any]], drain: Any, drain_skip_label: 
             plan._add(plan.ignored, "labelled %s=true" % drain_skip_label, pod)
         elif not matches_selector(labels, drain.pod_selector):
             plan._add(plan.ignored, "not matched by drain.podSelector %r" % drain.pod_selector, pod)
+        elif is_terminating(pod):
+            # Nothing to evict, but it may still hold the device: the drain waits for it.
+            plan.wait.append(pod_ref(pod))
         else:
             _apply_storage_and_controller(plan, pod, drain.force, drain.delete_empty_dir_data)
     return plan
 
 
 def plan_pod_deletion(pods: Iterable[Mapping[str, Any]], deletion: Any, profile: Mapping[str, Any]) -> PodPlan:
-    """Classify the node's accelerator pods for the pod-deletion step (``deletion`` = PodDeletion)."""
+    """Classify the node's accelerator pods for the pod-deletion step (``deletion`` = PodDeletion).
+
+    Only Running/Pending non-DaemonSet, non-mirror pods requesting an accelerator count; those with
+    a deletionTimestamp go to ``wait``, the others to ``remove`` / ``blockers``.
+    """
     plan = PodPlan(step="pod_deletion")
     for pod in pods:
-        if is_terminating(pod) or is_daemonset_pod(pod) or is_mirror_pod(pod):
+        if is_daemonset_pod(pod) or is_mirror_pod(pod):
             continue
         if not (is_running_or_pending(pod) and requests_accelerator(pod, profile)):
+            continue
+        if is_terminating(pod):
+            plan.wait.append(pod_ref(pod))  # its containers may still hold the device
             continue
         _apply_storage_and_controller(plan, pod, deletion.force, deletion.delete_empty_dir_data)
     return plan

@@ -25,7 +25,17 @@ OPERAND_LABELS_BEFORE = "operand-labels-before"
 OPERAND_DAEMONSETS = "operand-daemonsets"
 TARGET_VERSION = "target-version"
 BOOT_ID_BEFORE = "boot-id-before"
-BOOKKEEPING = (UNSCHEDULABLE_BEFORE, OPERAND_LABELS_BEFORE, OPERAND_DAEMONSETS, TARGET_VERSION, BOOT_ID_BEFORE)
+# Devices seen before the first attempt ({"device_count": N, "pci_bus_ids": [...]}): kept across
+# retries after upgrade-failed, so a retry compares with the healthy host, not with the broken one.
+DEVICES_BEFORE = "devices-before"
+BOOKKEEPING = (
+    UNSCHEDULABLE_BEFORE,
+    OPERAND_LABELS_BEFORE,
+    OPERAND_DAEMONSETS,
+    TARGET_VERSION,
+    BOOT_ID_BEFORE,
+    DEVICES_BEFORE,
+)
 EVENT_NAMESPACE = "default"
 COMPONENT = "npuops.fleet/npu_node_upgrade"
 
@@ -73,13 +83,14 @@ def transition_ops(
     annotations: Mapping[str, Optional[str]],
     labels: Optional[Mapping[str, Optional[str]]] = None,
 ) -> list[dict[str, Any]]:
-    """JSON patch for a state transition: a ``test`` that the state label still says ``frm`` (so two
-    runs on one node cannot both move it), then the label and annotation changes (None = remove)."""
+    """JSON patch for a state transition: ``test`` ops that the node's resourceVersion is still the one
+    read (so two runs cannot both move it, including the first transition from no label) and that the
+    state label still says ``frm``; then the label and annotation changes (None = remove)."""
     ops: list[dict[str, Any]] = []
-    current_labels, current_anns = (
-        (node.get("metadata") or {}).get("labels"),
-        (node.get("metadata") or {}).get("annotations"),
-    )
+    meta = node.get("metadata") or {}
+    current_labels, current_anns = meta.get("labels"), meta.get("annotations")
+    if meta.get("resourceVersion"):
+        ops.append({"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]})
     if frm:
         ops.append({"op": "test", "path": _pointer("metadata", "labels", state_label), "value": frm})
     for section, current, changes in (
@@ -107,8 +118,17 @@ def patch_node(core: Any, name: str, body: Any) -> dict[str, Any]:
 
 
 def read_node(core: Any, name: str) -> dict[str, Any]:
+    """The one node reader: GET with the transient-error retry of :func:`k8s_retry.call`."""
     resp = k8s_retry.call(core.read_node, name, _preload_content=False)
     return json.loads(resp.data)
+
+
+def same_transition(a: Mapping[str, Any], b: Mapping[str, Any], state_label: str, last_key: str) -> bool:
+    """True when nodes ``a`` and ``b`` show the same upgrade state and the same last transition: a
+    resourceVersion that moved between them was someone else's unrelated write (a heartbeat)."""
+    return labels(a).get(state_label) == labels(b).get(state_label) and annotations(a).get(last_key) == annotations(
+        b
+    ).get(last_key)
 
 
 def boot_id(node: Mapping[str, Any]) -> str:

@@ -1,7 +1,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Pure parsers for what accelerator tools print (nvidia-smi, rbln-smi, /proc/driver/nvidia/version,
 kernel log lines). No I/O here: every function takes text and returns plain data, so the unit tests
-can feed them the real outputs kept under tests/unit/fixtures/.
+can feed them the real outputs kept under tests/unit/fixtures/. Comparing the versions they return is
+driver_version.same_driver_version's job, not this module's.
 """
 
 from __future__ import annotations
@@ -37,46 +38,6 @@ def na_to_none(value: Optional[str]) -> Optional[str]:
     if value.lower() in NA_VALUES:
         return None
     return value
-
-
-def normalize_version(version: Optional[str]) -> Optional[str]:
-    """Upstream version of a package or module version: epoch and Debian revision dropped.
-
-    ``525.85.12-1`` -> ``525.85.12``; ``1:580.126.09-0ubuntu0.22.04.1`` -> ``580.126.09``;
-    ``580.126.09`` unchanged; empty / N/A -> None.
-    """
-    version = na_to_none(version)
-    if not version:
-        return None
-    if ":" in version.split("-", 1)[0]:
-        version = version.split(":", 1)[1]
-    # Debian revision: everything after the last hyphen (upstream versions of drivers have none).
-    if "-" in version:
-        version = version.rsplit("-", 1)[0]
-    # build metadata such as 3.0.0+ubuntu... / 2.4.0~rc1 is kept: it is part of the upstream version
-    return version
-
-
-def _components(version: str) -> list[str]:
-    return re.split(r"[.]", version)
-
-
-def versions_match(a: Optional[str], b: Optional[str]) -> bool:
-    """True when two driver versions denote the same driver after normalisation.
-
-    A shorter version that is a component-wise prefix of the longer one matches it, because NVML's
-    mismatch line prints only ``major.minor`` (``NVML library version: 570.124`` for 570.124.06).
-    """
-    a, b = normalize_version(a), normalize_version(b)
-    if not a or not b:
-        return False
-    if a == b:
-        return True
-    ca, cb = _components(a), _components(b)
-    short, long_ = (ca, cb) if len(ca) <= len(cb) else (cb, ca)
-    if len(short) < 2:
-        return False
-    return long_[: len(short)] == short
 
 
 def parse_proc_driver_nvidia_version(text: str) -> Optional[str]:

@@ -37,8 +37,11 @@ IDLE_STATES = ("", UPGRADE_REQUIRED, UPGRADE_DONE, UPGRADE_FAILED)
 PREPARE_STATES = (CORDON_REQUIRED, WAIT_FOR_JOBS_REQUIRED, POD_DELETION_REQUIRED, DRAIN_REQUIRED)
 HOST_WORK_STATES = (POD_RESTART_REQUIRED, REBOOT_REQUIRED)
 FINISH_STATES = (REBOOT_VALIDATION_REQUIRED, VALIDATION_REQUIRED, UNCORDON_REQUIRED)
-# A node in one of these is being upgraded (counts against maxParallelUpgrades).
+# A node in one of these is being upgraded (a resume, not a new start).
 IN_PROGRESS_STATES = PREPARE_STATES + HOST_WORK_STATES + FINISH_STATES
+# Admission counts these as taken (maxParallelUpgrades) and unavailable (maxUnavailable): from the
+# moment a node is admitted (upgrade-required) until it is uncordoned.
+ADMITTED_STATES = (UPGRADE_REQUIRED,) + IN_PROGRESS_STATES
 
 
 def prepare_next(state: str, drain_enabled: bool) -> Optional[str]:
@@ -70,11 +73,21 @@ class Entry:
     message: str = ""
 
 
-def phase_entry(phase: str, state: str, at_target: bool, has_bookkeeping: bool, retry_failed: bool = True) -> Entry:
+def phase_entry(
+    phase: str,
+    state: str,
+    at_target: bool,
+    has_bookkeeping: bool,
+    retry_failed: bool = True,
+    host_at_target: Optional[bool] = None,
+) -> Entry:
     """Decide how ``phase`` begins from ``state``.
 
-    C16: a node whose label says upgrade-required (even one relabelled from upgrade-failed) is only
-    done without disruption when its driver label really equals the target (``at_target``).
+    A node whose label says upgrade-required (even one relabelled from upgrade-failed) is only done
+    without disruption when its driver label really equals the target (``at_target``) and the host
+    check, when the caller made one (``host_at_target``), agrees. A node that an earlier attempt left
+    cordoned (``has_bookkeeping``) is only put back into service that way when the host check passed
+    (``host_at_target is True``): labels alone never uncordon it.
     """
     state = state or ""
     if phase == "status":
@@ -85,7 +98,7 @@ def phase_entry(phase: str, state: str, at_target: bool, has_bookkeeping: bool, 
         if state == UPGRADE_FAILED and not retry_failed:
             return Entry("error", "node is upgrade-failed and retry_failed is false; fix the node, then relabel it")
         if state in IDLE_STATES:
-            if at_target:
+            if _done_without_disruption(at_target, has_bookkeeping, host_at_target):
                 return Entry("done_without_disruption", "driver already at the target version")
             return Entry("start")
         if state in PREPARE_STATES:
@@ -104,7 +117,7 @@ def phase_entry(phase: str, state: str, at_target: bool, has_bookkeeping: bool, 
             return Entry("resume")
         if state == UPGRADE_DONE:
             return Entry("noop", "upgrade already done")
-        if state in ("", UPGRADE_REQUIRED) and at_target and not has_bookkeeping:
+        if state in ("", UPGRADE_REQUIRED) and at_target and not has_bookkeeping and host_at_target is not False:
             return Entry("done_without_disruption", "driver already at the target version")
         return Entry(
             "error",
@@ -112,6 +125,12 @@ def phase_entry(phase: str, state: str, at_target: bool, has_bookkeeping: bool, 
             % (POD_RESTART_REQUIRED, state),
         )
     raise ValueError("unknown phase %r" % phase)
+
+
+def _done_without_disruption(at_target: bool, has_bookkeeping: bool, host_at_target: Optional[bool]) -> bool:
+    if not at_target or host_at_target is False:
+        return False
+    return host_at_target is True or not has_bookkeeping
 
 
 def transition_record(frm: str, to: str, reason: str, time: str) -> dict[str, Any]:

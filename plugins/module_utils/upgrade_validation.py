@@ -3,8 +3,9 @@
 
 ``wait_rebooted``: Ready again with a bootID different from the one recorded when the reboot was
 announced (a Ready status posted before the host went down does not count).
-``wait_validated``: node Ready, its driver-version label equal to the target, and a Running+Ready pod
-on the node for every operand DaemonSet recorded before the pause (the validator included).
+``wait_validated``: node Ready, its driver-version label the same driver as the target
+(driver_version.same_driver_version), and a Running+Ready pod on the node for every operand DaemonSet
+recorded before the pause (the validator included).
 Each returns None when valid, otherwise the reason, for the upgrade-failed annotation and Event.
 """
 
@@ -14,7 +15,8 @@ import time
 from typing import Any, Mapping, Optional
 
 from ansible_collections.npuops.fleet.plugins.module_utils import k8s_wait, node_record, operands
-from ansible_collections.npuops.fleet.plugins.module_utils.driver_labels import node_driver_version, versions_equal
+from ansible_collections.npuops.fleet.plugins.module_utils.driver_labels import node_driver_version
+from ansible_collections.npuops.fleet.plugins.module_utils.driver_version import same_driver_version
 
 
 def wait_rebooted(core: Any, name: str, boot_id_before: Optional[str], timeout: Optional[float]) -> Optional[str]:
@@ -55,7 +57,7 @@ def wait_validated(
         seen["version"] = node_driver_version(profile, node_record.labels(items[0]))
         if not node_record.node_ready(items[0]):
             seen["why"] = "node not Ready"
-        elif target and not versions_equal(seen["version"], target):
+        elif target and not same_driver_version(seen["version"], target):
             seen["why"] = "driver label says %s, target is %s" % (seen["version"], target)
         else:
             seen["why"] = None

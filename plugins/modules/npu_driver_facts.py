@@ -12,7 +12,11 @@ description:
   - Compares three driver versions — the loaded kernel module, the module on disk for the kernel the
     host boots next (C(modinfo -k)), and the userspace (C(nvidia-smi), the NVML mismatch line, or the
     utils package) — and gives a verdict C(ok), C(reload_required), C(rebuild_required),
-    C(no_driver) or C(no_devices). Debian revisions are dropped before comparing.
+    C(no_driver) or C(no_devices).
+  - Every version comparison uses the collection's one rule, C(plugins/module_utils/driver_version.py) -
+    epoch and Debian revision dropped, numeric components compared as numbers (C(550.90.07) is
+    C(550.90.7)), and a C(major.minor) such as the C(570.124) of NVML's mismatch line matches
+    C(570.124.06); a lone major (C(580)) never matches a full version.
   - Also reports pending reboot, held packages, the installed driver and kernel packages,
     unattended-upgrades status (APT::Periodic, C(apt-daily-upgrade.timer), blacklist coverage) and the
     last C(/var/log/apt/history.log) entry that touched driver or kernel packages.
@@ -24,8 +28,8 @@ extends_documentation_fragment:
 options:
   expected_version:
     description:
-      - The driver version the host should run. Sets RV(expected_match); also the reference version
-        when the userspace version cannot be read.
+      - The driver version the host should run. Sets RV(expected_match) and RV(target_match); also the
+        reference version when the userspace version cannot be read.
     type: str
   boot_kernel:
     description:
@@ -103,6 +107,44 @@ expected_match:
   description: All known versions equal O(expected_version); null without it.
   returned: always
   type: bool
+target_match:
+  description:
+    - Each version source compared with O(expected_version) by the collection's one version rule;
+      null without O(expected_version). Use these rather than comparing version strings in Jinja
+      (C(==) says C(550.90.07) differs from C(550.90.7) and C(580.126.09-1) from C(580.126.09)).
+    - A source whose version is unknown is C(false).
+  returned: always
+  type: dict
+  contains:
+    loaded:
+      description: RV(loaded_version) is the target.
+      type: bool
+    userspace:
+      description: The userspace version (RV(userspace_version_raw)) is the target.
+      type: bool
+    on_disk_boot:
+      description: RV(on_disk_boot_version) (the module the boot kernel will load) is the target.
+      type: bool
+    smi:
+      description:
+        - The version the smi tool reports is the target - C(rbln-smi)'s C(KMD ver), or the
+          C(driver_version) of every device C(nvidia-smi) lists (all must match; none listed, or a
+          device without it, is C(false)).
+      type: bool
+    all:
+      description:
+        - C(loaded), C(on_disk_boot) and C(smi) are true, and C(userspace) too when the userspace version is known.
+      type: bool
+  sample: {loaded: true, userspace: true, on_disk_boot: true, smi: true, all: true}
+smi_driver_version:
+  description:
+    - The driver version the smi tool reports - C(rbln-smi)'s C(KMD ver), or C(nvidia-smi)'s per-device
+      C(driver_version) (of the first device that gives one; RV(target_match.smi) checks every device). Null when the
+      tool reports none (not installed, NVML mismatch, no devices, C(driver_version) not among
+      O(smi_query_fields)).
+  returned: always
+  type: str
+  sample: 580.126.09
 running_kernel:
   description: C(uname -r).
   returned: always
@@ -129,6 +171,10 @@ on_disk_boot_version:
   type: str
 userspace_version:
   description: Userspace driver version (Debian revision dropped).
+  returned: always
+  type: str
+userspace_version_raw:
+  description: Userspace driver version as read (package version with epoch and revision, NVML major.minor).
   returned: always
   type: str
 devices:
@@ -177,11 +223,16 @@ profile:
 
 import glob  # noqa: E402
 import os  # noqa: E402
+from typing import Any, Mapping, Optional  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 from ansible_collections.npuops.fleet.plugins.module_utils import apt_state, kmod_versions, smi_parsers  # noqa: E402
 from ansible_collections.npuops.fleet.plugins.module_utils.driver_verdict import driver_verdict  # noqa: E402
+from ansible_collections.npuops.fleet.plugins.module_utils.driver_version import (  # noqa: E402
+    normalize_version,
+    same_driver_version,
+)
 from ansible_collections.npuops.fleet.plugins.module_utils.vendor_profiles import (  # noqa: E402
     PROFILE_ARG_SPEC,
     ProfileError,
@@ -212,6 +263,46 @@ def _read_log(path):
         except OSError:
             pass
     return text
+
+
+def smi_reported_versions(smi: Mapping[str, Any]) -> list[Optional[str]]:
+    """Driver versions the smi tool reported, one per source: ``[kmd_version]`` for rbln-smi, else each
+    nvidia-smi device's ``driver_version`` (None where a device gave none); ``[]`` when it reported none.
+
+    ``smi`` is :meth:`Facts.smi`'s dict (``kmd_version``, ``devices``).
+    """
+    if smi.get("kmd_version"):
+        return [smi["kmd_version"]]
+    return [d.get("driver_version") for d in smi.get("devices") or []]
+
+
+def target_match(
+    expected: Optional[str],
+    loaded: Optional[str],
+    userspace: Optional[str],
+    on_disk_boot: Optional[str],
+    smi_versions: list[Optional[str]],
+) -> Optional[dict[str, bool]]:
+    """``{"loaded", "userspace", "on_disk_boot", "smi", "all"}`` (bools) against ``expected``; None without it.
+    ``all``: loaded, on-disk and smi match, and the userspace too when its version is known.
+
+    ``smi`` needs at least one reported version and every one of them to match: one device on another
+    driver, or one that could not say, is not "at the target".
+    """
+    if not normalize_version(expected):
+        return None
+    res = {
+        "loaded": same_driver_version(loaded, expected),
+        "userspace": same_driver_version(userspace, expected),
+        "on_disk_boot": same_driver_version(on_disk_boot, expected),
+        "smi": bool(smi_versions) and all(same_driver_version(v, expected) for v in smi_versions),
+    }
+    # A host whose userspace version cannot be read (no package, smi says nothing more) is judged on
+    # the module and the smi, as expected_match does; a known userspace must match.
+    res["all"] = res["loaded"] and res["on_disk_boot"] and res["smi"] and (
+        res["userspace"] or not normalize_version(userspace)
+    )
+    return res
 
 
 class Facts:
@@ -372,7 +463,7 @@ def main():
     if smi.get("driver_version"):
         userspace, user_source = smi["driver_version"], "smi"
     elif user_pkg and (
-        not smi.get("library_version") or smi_parsers.versions_match(user_pkg["version"], smi["library_version"])
+        not smi.get("library_version") or same_driver_version(user_pkg["version"], smi["library_version"])
     ):
         userspace, user_source = user_pkg["version"], "dpkg:%s" % user_pkg["name"]
     elif smi.get("library_version"):
@@ -391,6 +482,10 @@ def main():
         expected=p["expected_version"],
         smi_status=smi["status"],
     )
+
+    smi_versions = smi_reported_versions(smi)
+    smi_version = next((sv for sv in smi_versions if sv), None)
+    matches = target_match(p["expected_version"], loaded, userspace, on_disk.get(boot_kernel), smi_versions)
 
     # OS update state
     reboot_required = os.path.exists("/var/run/reboot-required")
@@ -441,11 +536,11 @@ def main():
         "on_disk_versions": on_disk,
         "on_disk_boot_version": on_disk.get(boot_kernel),
         "module_present_for_boot_kernel": on_disk.get(boot_kernel) is not None,
-        "userspace_version": smi_parsers.normalize_version(userspace),
+        "userspace_version": normalize_version(userspace),
         "userspace_version_raw": userspace,
         "userspace_source": user_source,
         "userspace_package": user_pkg,
-        "expected_version": smi_parsers.normalize_version(p["expected_version"]),
+        "expected_version": normalize_version(p["expected_version"]),
         "smi": {
             k: smi[k] for k in ("command", "available", "rc", "status", "message", "library_version", "kmd_version")
         },
@@ -456,6 +551,8 @@ def main():
         "verdict_reason": v["reason"],
         "healthy": v["healthy"],
         "expected_match": v["expected_match"],
+        "target_match": matches,
+        "smi_driver_version": smi_version,
         "reboot_required": reboot_required,
         "reboot_required_pkgs": reboot_pkgs,
         "held_packages": held,

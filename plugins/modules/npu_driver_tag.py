@@ -197,6 +197,28 @@ missing_label:
   returned: failure
   type: str
   sample: feature.node.kubernetes.io/kernel-version.full
+kube_auth:
+  description:
+    - Where the Kubernetes credentials came from, so a run shows which cluster it read.
+  returned: when O(node) is set and the client was built (also on later failures)
+  type: dict
+  contains:
+    source:
+      description: >-
+        C(option kubeconfig), C(env K8S_AUTH_KUBECONFIG), C(env KUBECONFIG), C(~/.kube/config),
+        C(in-cluster) or C(host+api_key).
+      type: str
+      sample: env KUBECONFIG
+    kubeconfig:
+      description: The kubeconfig path or list as given; null for C(in-cluster) and C(host+api_key).
+      type: str
+      sample: /home/ops/.kube/a:/home/ops/.kube/b
+    context:
+      description: >-
+        Context used - O(context) or E(K8S_AUTH_CONTEXT), else the C(current-context) of the merged
+        kubeconfig; null without a kubeconfig.
+      type: str
+      sample: prod-cluster
 """
 
 import traceback
@@ -209,7 +231,7 @@ from ansible_collections.npuops.fleet.plugins.module_utils.k8s_client import (
     HAS_KUBERNETES,
     KUBERNETES_IMPORT_ERROR,
     K8sAuthError,
-    get_api_client,
+    get_api_client_and_source,
 )
 from ansible_collections.npuops.fleet.plugins.module_utils.node_facts import LabelError
 from ansible_collections.npuops.fleet.plugins.module_utils.vendor_profiles import (
@@ -238,24 +260,29 @@ def argument_spec():
     return spec
 
 
-def read_node(module: AnsibleModule, name: str) -> tuple[dict, dict]:
+def read_node(module: AnsibleModule, name: str) -> tuple[dict, dict, dict]:
+    """GET the node: ``(labels, status.nodeInfo, kube_auth)``; fails the task on any error."""
     import json
 
     from kubernetes import client as k8s
 
     try:
-        api = k8s.CoreV1Api(get_api_client(module.params))
-        resp = api.read_node(name, _preload_content=False, _request_timeout=30)
+        api_client, kube_auth = get_api_client_and_source(module.params)
     except K8sAuthError as exc:
         module.fail_json(msg=str(exc))
+    try:
+        resp = k8s.CoreV1Api(api_client).read_node(name, _preload_content=False, _request_timeout=30)
     except k8s.ApiException as exc:
         if exc.status == 404:
-            module.fail_json(msg="node %s not found" % name, node=name)
-        module.fail_json(msg="reading node %s failed (HTTP %s): %s" % (name, exc.status, exc.reason), node=name)
+            module.fail_json(msg="node %s not found" % name, node=name, kube_auth=kube_auth)
+        module.fail_json(msg="reading node %s failed (HTTP %s): %s" % (name, exc.status, exc.reason), node=name,
+                         kube_auth=kube_auth)
     except Exception as exc:
-        module.fail_json(msg="reading node %s failed: %s" % (name, exc), node=name, exception=traceback.format_exc())
+        module.fail_json(msg="reading node %s failed: %s" % (name, exc), node=name, kube_auth=kube_auth,
+                         exception=traceback.format_exc())
     data = json.loads(resp.data)
-    return (data.get("metadata") or {}).get("labels") or {}, (data.get("status") or {}).get("nodeInfo") or {}
+    labels = (data.get("metadata") or {}).get("labels") or {}
+    return labels, (data.get("status") or {}).get("nodeInfo") or {}, kube_auth
 
 
 def main():
@@ -270,11 +297,13 @@ def main():
         profile = resolve_profile(p["vendor"], p["vendor_profile"], p["vendor_profiles"])
     except ProfileError as exc:
         module.fail_json(msg=str(exc))
+    extra: dict = {}  # kube_auth when the node was read from the cluster
     if p["node"]:
         if not HAS_KUBERNETES:
             module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
         name = p["node"]
-        labels, node_info = read_node(module, name)
+        labels, node_info, kube_auth = read_node(module, name)
+        extra["kube_auth"] = kube_auth
     else:
         name = p["node_name"] or ""
         labels = {str(k): ("" if v is None else str(v)) for k, v in p["labels"].items()}
@@ -292,9 +321,9 @@ def main():
             os_tag_rules=p["os_tag_rules"],
         )
     except LabelError as exc:
-        module.fail_json(msg=str(exc), node=name, missing_label=exc.key)
+        module.fail_json(msg=str(exc), node=name, missing_label=exc.key, **extra)
     except TagError as exc:
-        module.fail_json(msg=str(exc), node=name)
+        module.fail_json(msg=str(exc), node=name, **extra)
     if p["driver_branch"] and not p["driver_version"]:
         res["overrides"].setdefault("driver_branch", p["driver_branch"])
     for w in res["warnings"]:
@@ -310,6 +339,7 @@ def main():
         label_keys=res["label_keys"],
         overrides=res["overrides"],
         stale_labels=res["warnings"],
+        **extra,
     )
 
 

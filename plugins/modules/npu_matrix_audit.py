@@ -229,6 +229,28 @@ elapsed:
   returned: always
   type: float
   sample: 0.42
+kube_auth:
+  description:
+    - Where the Kubernetes credentials came from, so a run shows which cluster it audited.
+  returned: when the client was built (also when listing or the audit fails)
+  type: dict
+  contains:
+    source:
+      description: >-
+        C(option kubeconfig), C(env K8S_AUTH_KUBECONFIG), C(env KUBECONFIG), C(~/.kube/config),
+        C(in-cluster) or C(host+api_key).
+      type: str
+      sample: env KUBECONFIG
+    kubeconfig:
+      description: The kubeconfig path or list as given; null for C(in-cluster) and C(host+api_key).
+      type: str
+      sample: /home/ops/.kube/a:/home/ops/.kube/b
+    context:
+      description: >-
+        Context used - O(context) or E(K8S_AUTH_CONTEXT), else the C(current-context) of the merged
+        kubeconfig; null without a kubeconfig.
+      type: str
+      sample: prod-cluster
 """
 
 import time
@@ -241,7 +263,7 @@ from ansible_collections.npuops.fleet.plugins.module_utils.k8s_client import (
     HAS_KUBERNETES,
     KUBERNETES_IMPORT_ERROR,
     K8sAuthError,
-    get_api_client,
+    get_api_client_and_source,
 )
 from ansible_collections.npuops.fleet.plugins.module_utils.matrix import (
     MatrixError,
@@ -305,7 +327,7 @@ class MatrixAudit:
             selector += "," + p["label_selector"].strip()
         t0 = time.monotonic()
         try:
-            api_client = get_api_client(p)
+            api_client, kube_auth = get_api_client_and_source(p)
         except K8sAuthError as exc:
             self.module.fail_json(msg=str(exc))
         try:
@@ -316,6 +338,7 @@ class MatrixAudit:
             self.module.fail_json(
                 msg="listing nodes with label selector %r failed%s: %s"
                 % (selector, " (HTTP %s)" % status if status else "", reason),
+                kube_auth=kube_auth,
                 exception=traceback.format_exc(),
             )
         planned_kernels = p["planned_kernels"] or {}
@@ -358,6 +381,7 @@ class MatrixAudit:
             matrix_entries=len(matrix),
             matrix_duplicates=matrix.duplicates,
             elapsed=elapsed,
+            kube_auth=kube_auth,
             **summary,
         )
         counts = summary["counts"]

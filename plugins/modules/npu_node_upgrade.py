@@ -74,6 +74,40 @@ options:
     description: Whether prepare restarts a node in C(upgrade-failed) from C(upgrade-required).
     type: bool
     default: true
+  reboot_planned:
+    description:
+      - The host work will (or may) reboot the host. A reboot ends every pod on it, so C(prepare) then
+        drains fully through the Eviction API (PodDisruptionBudgets honoured) whatever C(drain.enable)
+        and C(drain.podSelector) say; pods that cannot go (drain-skip label, no controller without
+        C(drain.force), emptyDir without C(drain.deleteEmptyDirData)) stop the upgrade, named.
+        RV(full_drain) says why a drain ran.
+      - O(phase=reboot) always does this drain before it marks C(reboot-required); if pods cannot go,
+        the node ends C(upgrade-failed) and stays cordoned, and the reboot must not happen.
+    type: bool
+    default: false
+  host_at_target:
+    description:
+      - The caller's check of the host's driver (loaded == userspace == on-disk module == target).
+        V(false) stops the "already at target" shortcut that labels alone would take; a node that an
+        earlier attempt left cordoned is put back into service without host work only when this is
+        V(true). Unset = unknown (labels decide, but never uncordon such a node).
+      - The module also counts it as V(false) when O(baseline) differs from the devices recorded at the
+        first attempt (RV(baseline_mismatch)).
+    type: bool
+  baseline:
+    description:
+      - The host's devices now, a dict with C(device_count) (int) and C(pci_bus_ids) (list of str).
+      - Recorded on the node (annotation C(<prefix>-devices-before)) when an upgrade starts and none is
+        recorded yet; kept across retries after C(upgrade-failed) until C(upgrade-done), so a retry
+        compares with the healthy host, not with the broken one. RV(baseline) returns the recorded value.
+    type: dict
+  admission_namespace:
+    description:
+      - Namespace of the admission slot record, the Lease C(npuops-fleet-admission-<vendor>) through which
+        concurrent C(prepare) calls (hosts of one batch, two runs) agree on C(maxUnavailable) and
+        C(maxParallelUpgrades).
+    type: str
+    default: kube-system
 attributes:
   check_mode:
     support: full
@@ -136,6 +170,33 @@ blocking_pdbs:
   returned: always
   type: list
   elements: str
+refused_evictions:
+  description:
+    - Pods the Eviction API refuses for a reason no retry changes ("ns/pod" -> the server's message), found
+      by the PDBs (a pod covered by more than one) and a server-side dry-run eviction (status, check mode).
+  returned: always
+  type: dict
+waited_for:
+  description: Pods that were already terminating and were waited for (they may still hold the device).
+  returned: always
+  type: list
+  elements: str
+full_drain:
+  description: Why the node was drained fully although the policy did not ask for it (a planned reboot); null otherwise.
+  returned: always
+  type: str
+baseline:
+  description: The devices recorded on the node at the first attempt (or O(baseline) when none is recorded yet).
+  returned: always
+  type: dict
+baseline_mismatch:
+  description: How O(baseline) differs from the recorded devices (for example C(host has 7 devices, 8 before ...)).
+  returned: when they differ
+  type: str
+kube_auth:
+  description: Where the Kubernetes credentials came from (source, kubeconfig, context).
+  returned: always
+  type: dict
 driver_version: {description: Driver version from the node's labels., returned: always, type: str}
 api_requests:
   description: Kubernetes API requests made by this call, by HTTP method (watches count once).
@@ -189,6 +250,10 @@ def main():
         operands_timeout=dict(type="int", default=300),
         validation_timeout=dict(type="int", default=600),
         retry_failed=dict(type="bool", default=True),
+        reboot_planned=dict(type="bool", default=False),
+        host_at_target=dict(type="bool"),
+        baseline=dict(type="dict"),
+        admission_namespace=dict(type="str", default="kube-system"),
     )
     argument_spec.update(AUTH_ARG_SPEC)
     argument_spec.update(PROFILE_ARG_SPEC)
@@ -235,6 +300,10 @@ def main():
         operands_timeout=secs(p["operands_timeout"]),
         validation_timeout=secs(p["validation_timeout"]),
         retry_failed=p["retry_failed"],
+        admission_namespace=p["admission_namespace"],
+        reboot_planned=p["reboot_planned"],
+        host_at_target=p["host_at_target"],
+        baseline=p["baseline"],
     )
     try:
         result = upgrade.run(p["phase"], p["reason"])

@@ -134,6 +134,28 @@ lease:
   description: The Lease object after the task (as planned in check mode); null after a release.
   returned: always
   type: dict
+kube_auth:
+  description:
+    - Where the Kubernetes credentials came from, so a run shows which cluster holds its lease.
+  returned: when the client was built (also when the lease is held by another holder or the API fails)
+  type: dict
+  contains:
+    source:
+      description: >-
+        C(option kubeconfig), C(env K8S_AUTH_KUBECONFIG), C(env KUBECONFIG), C(~/.kube/config),
+        C(in-cluster) or C(host+api_key).
+      type: str
+      sample: env KUBECONFIG
+    kubeconfig:
+      description: The kubeconfig path or list as given; null for C(in-cluster) and C(host+api_key).
+      type: str
+      sample: /home/ops/.kube/a:/home/ops/.kube/b
+    context:
+      description: >-
+        Context used - O(context) or E(K8S_AUTH_CONTEXT), else the C(current-context) of the merged
+        kubeconfig; null without a kubeconfig.
+      type: str
+      sample: prod-cluster
 """
 
 import traceback
@@ -145,7 +167,7 @@ from ansible_collections.npuops.fleet.plugins.module_utils.k8s_client import (
     HAS_KUBERNETES,
     KUBERNETES_IMPORT_ERROR,
     K8sAuthError,
-    get_api_client,
+    get_api_client_and_source,
 )
 from ansible_collections.npuops.fleet.plugins.module_utils.lease import (
     DEFAULT_NAME,
@@ -181,7 +203,11 @@ def main():
         module.fail_json(msg="ttl must be >= 1 second, got %d" % p["ttl"])
     where = "%s/%s" % (p["namespace"], p["name"])
     try:
-        mgr = LeaseManager(get_api_client(p), p["namespace"], p["name"],
+        api_client, kube_auth = get_api_client_and_source(p)
+    except K8sAuthError as exc:
+        module.fail_json(msg=str(exc))
+    try:
+        mgr = LeaseManager(api_client, p["namespace"], p["name"],
                            labels={"app.kubernetes.io/managed-by": "npuops.fleet"})
         if p["state"] == "present":
             res = mgr.acquire(holder, p["ttl"], module.check_mode)
@@ -191,13 +217,12 @@ def main():
         st = lease_state(exc.lease, now_utc())
         module.fail_json(msg=str(exc), changed=False, operation="refuse", acquired=False, taken_over=False,
                          previous_holder=st["holder"], holder=st["holder"], acquire_time=st["acquire_time"],
-                         renew_time=st["renew_time"], expires=st["expires"], lease=exc.lease)
-    except K8sAuthError as exc:
-        module.fail_json(msg=str(exc))
+                         renew_time=st["renew_time"], expires=st["expires"], lease=exc.lease, kube_auth=kube_auth)
     except Exception as exc:
         status = getattr(exc, "status", None)
         module.fail_json(
             msg="lease %s: %s%s" % (where, "HTTP %s " % status if status else "", getattr(exc, "reason", None) or exc),
+            kube_auth=kube_auth,
             exception=traceback.format_exc(),
         )
     previous = res.get("previous") or {}
@@ -212,6 +237,7 @@ def main():
         previous_holder=previous.get("holder", ""),
         holder=st.get("holder", "") if p["state"] == "present" or action == "not_ours" else "",
         lease=lease,
+        kube_auth=kube_auth,
     )
     if lease and p["state"] == "present":
         result.update(acquire_time=st["acquire_time"], renew_time=st["renew_time"], expires=st["expires"])

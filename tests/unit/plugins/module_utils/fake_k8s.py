@@ -66,6 +66,15 @@ class FakeCluster:
         self.calls: list[str] = []
         self.writes = 0
         self.ds_controller = True  # remove DaemonSet pods whose nodeSelector no longer matches
+        self.before_patch = None  # hook(cluster, name, body): simulate a concurrent writer or an error
+        self.rv = 100
+        for node in self.nodes.values():
+            self.bump(node["metadata"]["name"])
+
+    def bump(self, name):
+        """Every write moves the node's resourceVersion, as etcd does."""
+        self.rv += 1
+        self.nodes[name]["metadata"]["resourceVersion"] = str(self.rv)
 
     # -- CoreV1Api --
     def read_node(self, name, _preload_content=True):
@@ -75,10 +84,13 @@ class FakeCluster:
     def patch_node(self, name, body, _preload_content=True):
         self.calls.append("patch_node")
         self.writes += 1
+        if self.before_patch:
+            self.before_patch(self, name, body)
         if isinstance(body, list):
             json_patch(self.nodes[name], body)
         else:
             merge(self.nodes[name], body)
+        self.bump(name)
         if not self.nodes[name]["spec"].get("unschedulable"):
             self.nodes[name]["spec"].pop("unschedulable", None)
         if self.ds_controller:
@@ -144,3 +156,39 @@ class FakeCluster:
     # -- PolicyV1Api --
     def list_pod_disruption_budget_for_all_namespaces(self, _preload_content=True, **_):
         return Resp({"items": self.pdbs, "metadata": {"resourceVersion": "1"}})
+
+
+class FakeLeases:
+    """CoordinationV1Api for Leases with the apiserver's optimistic concurrency: create answers 409
+    when the Lease exists, replace answers 409 when metadata.resourceVersion is not the current one."""
+
+    def __init__(self):
+        self.leases: dict = {}
+        self.rv = 0
+
+    def read_namespaced_lease(self, name, namespace, _preload_content=True):
+        if (namespace, name) not in self.leases:
+            raise ApiException(status=404, reason="Not Found")
+        return Resp(self.leases[(namespace, name)])
+
+    def create_namespaced_lease(self, namespace, body, _preload_content=True):
+        key = (namespace, body["metadata"]["name"])
+        if key in self.leases:
+            raise ApiException(status=409, reason="AlreadyExists")
+        self.rv += 1
+        obj = copy.deepcopy(body)
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        self.leases[key] = obj
+        return Resp(obj)
+
+    def replace_namespaced_lease(self, name, namespace, body, _preload_content=True):
+        cur = self.leases.get((namespace, name))
+        if cur is None:
+            raise ApiException(status=404, reason="Not Found")
+        if body["metadata"].get("resourceVersion") != cur["metadata"]["resourceVersion"]:
+            raise ApiException(status=409, reason="Conflict")
+        self.rv += 1
+        obj = copy.deepcopy(body)
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        self.leases[(namespace, name)] = obj
+        return Resp(obj)

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from ansible_collections.npuops.fleet.plugins.module_utils.driver_labels import node_driver_version, versions_equal
+from ansible_collections.npuops.fleet.plugins.module_utils.driver_labels import node_driver_version
 from ansible_collections.npuops.fleet.plugins.module_utils.vendor_profiles import resolve_profile
 
 NV = resolve_profile("nvidia")
@@ -19,10 +19,3 @@ def test_alternative_label_set_and_missing():
     assert node_driver_version(NV, {"nvidia.com/cuda.driver-version.full": "570.124.06"}) == "570.124.06"
     assert node_driver_version(NV, {"nvidia.com/cuda.driver.major": "550"}) is None
     assert node_driver_version(NV, None) is None
-
-
-def test_versions_equal():
-    assert versions_equal("550.90.07", "550.90.7")
-    assert versions_equal("525.85.12-1", "525.85.12")
-    assert not versions_equal("550.90.07", "550.90.08")
-    assert not versions_equal(None, "550.90.07") and not versions_equal("1", "")

@@ -37,7 +37,8 @@ def test_drain_defaults_block_on_emptydir_and_controllerless_c14():
     msg = plan.blocker_message()
     assert "drain.deleteEmptyDirData" in msg and "drain.force" in msg and "default/bare" in msg
     ignored = {r for refs in plan.ignored.values() for r in refs}
-    assert {"gpu-operator/dp-abc", "kube-system/kube-apiserver-n1", "default/keep-me", "default/going"} == ignored
+    assert {"gpu-operator/dp-abc", "kube-system/kube-apiserver-n1", "default/keep-me"} == ignored
+    assert plan.wait == ["default/going"]  # terminating: not evicted again, but waited for
 
 
 def test_drain_overrides():
@@ -108,3 +109,46 @@ def test_label_selector_object():
 def test_jobs_matching_ignore_finished():
     pods = [pod("j1", labels={"job": "x"}), pod("j2", labels={"job": "x"}, phase="Succeeded")]
     assert er.pods_matching(pods, "job=x") == ["default/j1"]
+
+
+def terminating_mix():
+    return [
+        pod("going", deleting=True),
+        pod("gpu-going", deleting=True, resources=GPU),
+        pod("gpu-done-going", deleting=True, resources=GPU, phase="Succeeded"),
+        pod("ds-going", ns="gpu-operator", owner="DaemonSet", deleting=True, resources=GPU),
+        pod("static-going", ns="kube-system", owner="Node", annotations={er.MIRROR_ANNOTATION: "x"}, deleting=True),
+        pod("kept-going", labels={SKIP: "true"}, deleting=True),
+        pod("web-1", labels={"app": "web"}),
+    ]
+
+
+def test_terminating_pods_helper():
+    pods = terminating_mix()
+    assert er.terminating_pods(pods) == [
+        "default/going",
+        "default/gpu-going",
+        "default/gpu-done-going",
+        "default/kept-going",
+    ]
+    assert "gpu-operator/ds-going" in er.terminating_pods(pods, include_daemonsets=True)
+    assert "kube-system/static-going" not in er.terminating_pods(pods, include_daemonsets=True)
+    assert er.terminating_pods([pod("web-1")]) == []
+
+
+def test_drain_waits_for_terminating_pods_in_its_scope():
+    plan = er.plan_drain(terminating_mix(), parse_policy({"drain": {"enable": True}}).drain, SKIP)
+    assert plan.wait == ["default/going", "default/gpu-going", "default/gpu-done-going"]
+    assert plan.remove == ["default/web-1"] and not plan.blockers
+    ignored = {r for refs in plan.ignored.values() for r in refs}
+    assert {"gpu-operator/ds-going", "kube-system/static-going", "default/kept-going"} == ignored
+    # Outside drain.podSelector: not the drain's business.
+    narrow = er.plan_drain(terminating_mix(), parse_policy({"drain": {"podSelector": "app=web"}}).drain, SKIP)
+    assert narrow.wait == [] and narrow.remove == ["default/web-1"]
+
+
+def test_pod_deletion_waits_for_terminating_accelerator_pods():
+    pods = terminating_mix() + [pod("trainer-1", resources=GPU)]
+    plan = er.plan_pod_deletion(pods, parse_policy({}).pod_deletion, NV)
+    assert plan.wait == ["default/gpu-going"]  # finished, DaemonSet, mirror and non-GPU pods: not waited for
+    assert plan.remove == ["default/trainer-1"]

@@ -2,17 +2,13 @@ from __future__ import annotations
 
 import os
 
-import pytest
-
 from ansible_collections.npuops.fleet.plugins.module_utils.smi_parsers import (
     classify_nvidia_smi,
     na_to_none,
-    normalize_version,
     parse_nvidia_smi_query,
     parse_nvrm_api_mismatch,
     parse_proc_driver_nvidia_version,
     parse_rbln_smi,
-    versions_match,
 )
 
 FIX = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures")
@@ -21,33 +17,6 @@ FIX = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures")
 def fixture(name):
     with open(os.path.join(FIX, name)) as f:
         return f.read()
-
-
-@pytest.mark.parametrize(
-    "raw,expected",
-    [
-        ("525.85.12-1", "525.85.12"),  # C2: dpkg -l nvidia-smi
-        ("580.159.03-0ubuntu0.22.04.1", "580.159.03"),
-        ("1:580.126.09-0ubuntu1", "580.126.09"),
-        ("520.56.06", "520.56.06"),
-        ("3.0.0", "3.0.0"),
-        ("[N/A]", None),
-        ("", None),
-        (None, None),
-    ],
-)
-def test_normalize_version(raw, expected):
-    assert normalize_version(raw) == expected
-
-
-def test_versions_match_prefix_and_revision():
-    assert versions_match("525.85.12-1", "525.85.12")
-    assert versions_match("570.124", "570.124.06")  # NVML mismatch line prints major.minor
-    assert not versions_match("570.124", "570.12")
-    assert not versions_match("460.56", "460.73.01")  # C1
-    assert not versions_match("595.80", "595.84")  # C3 second host
-    assert not versions_match("580", "580.126.09")  # one component is never enough
-    assert not versions_match(None, "1.0")
 
 
 def test_proc_driver_legacy_c2():

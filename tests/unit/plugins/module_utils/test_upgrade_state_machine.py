@@ -62,9 +62,11 @@ def test_prepare_resumes(state):
 
 def test_c16_failed_relabelled_required_is_done_only_at_target():
     assert sm.phase_entry("prepare", "upgrade-required", at_target=False, has_bookkeeping=True).action == "start"
-    assert sm.phase_entry("prepare", "upgrade-required", at_target=True, has_bookkeeping=True).action == (
-        "done_without_disruption"
-    )
+    # Labels at the target, but an earlier attempt left the node cordoned: only a passed host check
+    # puts it back into service without host work.
+    assert sm.phase_entry("prepare", "upgrade-required", at_target=True, has_bookkeeping=True).action == "start"
+    entry = sm.phase_entry("prepare", "upgrade-required", at_target=True, has_bookkeeping=True, host_at_target=True)
+    assert entry.action == "done_without_disruption"
     assert sm.phase_entry("finish", "upgrade-required", at_target=True, has_bookkeeping=True).action == "error"
     assert sm.phase_entry("finish", "upgrade-required", at_target=False, has_bookkeeping=False).action == "error"
 
@@ -86,3 +88,13 @@ def test_reboot_and_finish_entries():
     assert sm.phase_entry("finish", "upgrade-done", True, False).action == "noop"
     assert sm.phase_entry("status", "drain-required", False, True).action == "noop"
     assert sm.phase_entry("fail", "", False, False).action == "resume"
+
+
+@pytest.mark.parametrize("state", ["", "upgrade-done", "upgrade-failed", "upgrade-required"])
+def test_failed_host_check_never_takes_the_label_shortcut(state):
+    # The node's labels say the target, the host check says no (a GPU lost): host work, not done.
+    for bookkeeping in (False, True):
+        entry = sm.phase_entry("prepare", state, at_target=True, has_bookkeeping=bookkeeping, host_at_target=False)
+        assert entry.action == "start"
+    assert sm.phase_entry("prepare", state, at_target=True, has_bookkeeping=False).action == "done_without_disruption"
+    assert sm.phase_entry("finish", "", at_target=True, has_bookkeeping=False, host_at_target=False).action == "error"

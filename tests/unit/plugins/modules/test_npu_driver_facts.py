@@ -233,3 +233,130 @@ def test_unknown_vendor_fails(monkeypatch, capsys):
     run_module(monkeypatch, host, {"vendor": "amd"})
     r = result(capsys)
     assert r["failed"] and "unknown vendor 'amd'" in r["msg"]
+
+
+# target_match / smi_driver_version: each source against expected_version by driver_version's rule
+
+
+def test_target_match_incident_host(monkeypatch, capsys):
+    """Userspace and boot-kernel module moved to 580.159.03, loaded module still 580.126.09, NVML refuses."""
+    host = Host(
+        fixture("nvidia-smi-nvml-mismatch.txt"),
+        18,
+        {"/proc/driver/nvidia/version": fixture("proc-driver-nvidia-version-open.txt")},
+        {"5.15.0-177-generic": "580.126.09", "5.15.0-179-generic": "580.159.03"},
+    )
+    run_module(monkeypatch, host, {"vendor": "nvidia", "expected_version": "580.159.03"})
+    r = result(capsys)
+    f = r["ansible_facts"]["npu_driver"]
+    assert f["userspace_version_raw"] == "580.159.03-0ubuntu0.22.04.1"  # revision dropped by the rule, not by ==
+    assert f["smi_driver_version"] is None  # NVML mismatch: no device rows
+    assert f["target_match"] == {"loaded": False, "userspace": True, "on_disk_boot": True, "smi": False, "all": False}
+    assert r["target_match"] == f["target_match"] and r["smi_driver_version"] is None
+
+
+def test_target_match_ok_host_numeric_components(monkeypatch, capsys):
+    """Target written 580.126.9: Jinja == would fail every source, the rule passes them all."""
+    host = Host(
+        fixture("nvidia-smi-query-ok.txt"),
+        0,
+        {"/sys/module/nvidia/version": "580.126.09\n"},
+        {"5.15.0-177-generic": "580.126.09"},
+    )
+    fields = ["index", "driver_version", "name", "memory.total"]
+    args = {"vendor": "nvidia", "expected_version": "580.126.9", "smi_query_fields": fields}
+    run_module(monkeypatch, host, args, boot=("vmlinuz-5.15.0-177-generic",))
+    f = result(capsys)["ansible_facts"]["npu_driver"]
+    assert f["smi_driver_version"] == "580.126.09"
+    assert f["target_match"] == {"loaded": True, "userspace": True, "on_disk_boot": True, "smi": True, "all": True}
+    assert f["expected_match"] is True
+
+
+def test_target_match_ok_host_other_target(monkeypatch, capsys):
+    host = Host(
+        fixture("nvidia-smi-query-ok.txt"),
+        0,
+        {"/sys/module/nvidia/version": "580.126.09\n"},
+        {"5.15.0-177-generic": "580.126.09"},
+    )
+    fields = ["index", "driver_version", "name", "memory.total"]
+    args = {"vendor": "nvidia", "expected_version": "580", "smi_query_fields": fields}  # a branch is not a version
+    run_module(monkeypatch, host, args, boot=("vmlinuz-5.15.0-177-generic",))
+    f = result(capsys)["ansible_facts"]["npu_driver"]
+    assert f["target_match"] == {"loaded": False, "userspace": False, "on_disk_boot": False, "smi": False, "all": False}
+
+
+def test_target_match_null_without_expected_version(monkeypatch, capsys):
+    host = Host(
+        fixture("nvidia-smi-query-ok.txt"),
+        0,
+        {"/sys/module/nvidia/version": "580.126.09\n"},
+        {"5.15.0-177-generic": "580.126.09"},
+    )
+    run_module(
+        monkeypatch,
+        host,
+        {"vendor": "nvidia", "smi_query_fields": ["index", "driver_version", "name", "memory.total"]},
+        boot=("vmlinuz-5.15.0-177-generic",),
+    )
+    r = result(capsys)
+    assert r["target_match"] is None and r["smi_driver_version"] == "580.126.09"
+
+
+def test_target_match_smi_every_device_must_match(monkeypatch, capsys):
+    # second GPU reports another driver (constructed: two rows in the layout of nvidia-smi-query-ok.txt)
+    out = fixture("nvidia-smi-query-ok.txt") + "1, 580.159.03, NVIDIA GeForce RTX 5090, 32607 MiB\n"
+    host = Host(out, 0, {"/sys/module/nvidia/version": "580.126.09\n"}, {"5.15.0-177-generic": "580.126.09"})
+    fields = ["index", "driver_version", "name", "memory.total"]
+    args = {"vendor": "nvidia", "expected_version": "580.126.09", "smi_query_fields": fields}
+    run_module(monkeypatch, host, args, boot=("vmlinuz-5.15.0-177-generic",))
+    f = result(capsys)["ansible_facts"]["npu_driver"]
+    assert f["smi_driver_version"] == "580.126.09"
+    assert f["target_match"]["smi"] is False and f["target_match"]["loaded"] is True
+    assert f["target_match"]["all"] is False
+
+
+def test_target_match_smi_without_driver_version_field(monkeypatch, capsys):
+    host = Host("0, NVIDIA GeForce RTX 5090\n", 0, {"/sys/module/nvidia/version": "580.126.09\n"}, {})
+    args = {"vendor": "nvidia", "expected_version": "580.126.09", "smi_query_fields": ["index", "name"]}
+    run_module(monkeypatch, host, args, boot=("vmlinuz-5.15.0-177-generic",))
+    f = result(capsys)["ansible_facts"]["npu_driver"]
+    assert f["smi_driver_version"] is None and f["target_match"]["smi"] is False
+
+
+class RblnHost(Host):
+    """The rebellions fake host with the userspace package installed (Debian revision -1)."""
+
+    def run(self, args, check=False):
+        if os.path.basename(args[0]) == "dpkg-query":
+            self.calls.append(args)
+            return 0, DPKG_QUERY + "rbln-driver\t3.0.0-1\tii \n", ""
+        return super().run(args, check)
+
+
+@pytest.mark.parametrize(
+    "expected,match",
+    [
+        ("3.0.0", {"loaded": True, "userspace": True, "on_disk_boot": True, "smi": True, "all": True}),
+        ("2.4.0", {"loaded": False, "userspace": False, "on_disk_boot": False, "smi": False, "all": False}),
+    ],
+)
+def test_target_match_rebellions_kmd(monkeypatch, capsys, expected, match):
+    host = RblnHost(fixture("rbln-smi-two-devices.txt"), 0, {}, {"5.15.0-177-generic": "3.0.0"})
+    args = {"vendor": "rebellions", "expected_version": expected}
+    run_module(monkeypatch, host, args, boot=("vmlinuz-5.15.0-177-generic",))
+    f = result(capsys)["ansible_facts"]["npu_driver"]
+    assert f["userspace_version_raw"] == "3.0.0-1" and f["userspace_source"] == "dpkg:rbln-driver"
+    assert f["smi_driver_version"] == "3.0.0"  # rbln-smi's KMD ver
+    assert f["target_match"] == match
+
+
+def test_target_match_unknown_userspace_is_judged_on_module_and_smi(monkeypatch, capsys):
+    """No rbln package on the host: target_match.userspace is false (nothing to compare), and ``all`` is
+    decided by the loaded and on-disk module and the smi, as expected_match is."""
+    host = Host(fixture("rbln-smi-two-devices.txt"), 0, {}, {"5.15.0-177-generic": "3.0.0"})
+    args = {"vendor": "rebellions", "expected_version": "3.0.0"}
+    run_module(monkeypatch, host, args, boot=("vmlinuz-5.15.0-177-generic",))
+    f = result(capsys)["ansible_facts"]["npu_driver"]
+    assert f["userspace_version"] is None and f["expected_match"] is True
+    assert f["target_match"] == {"loaded": True, "userspace": False, "on_disk_boot": True, "smi": True, "all": True}

@@ -18,6 +18,9 @@ def node(name, kernel="5.15.0-119-generic", major="550"):
         "feature.node.kubernetes.io/system-os_release.VERSION_ID": "22.04"}}, "status": {}}
 
 
+KUBE_AUTH = {"source": "env KUBECONFIG", "kubeconfig": "/k/a:/k/b", "context": "ctx-b"}
+
+
 @pytest.fixture
 def fake_api(monkeypatch):
     calls = []
@@ -26,7 +29,7 @@ def fake_api(monkeypatch):
         calls.append((selector, page_size))
         return [node("b", "5.15.0-120-generic"), node("a")], 1
 
-    monkeypatch.setattr(mod, "get_api_client", lambda p: object())
+    monkeypatch.setattr(mod, "get_api_client_and_source", lambda p: (object(), dict(KUBE_AUTH)))
     monkeypatch.setattr(mod, "list_nodes_raw", fake_list)
     return calls
 
@@ -47,12 +50,14 @@ def test_missing_fails_after_reporting(fake_api, capsys):
     assert [n["name"] for n in res["nodes"]] == ["a", "b"]
     assert res["counts"] == {"OK": 1, "MISSING": 1, "UNLABELED": 0, "SKIPPED": 0}
     assert fake_api == [("nvidia.com/gpu.present=true,pool=a", 500)]
+    assert res["kube_auth"] == KUBE_AUTH
 
 
 def test_no_fail_and_what_if(fake_api, capsys):
     rc, res = run({"matrix": MATRIX, "fail_on_missing": False, "planned_kernels": {"b": "5.15.0-119-generic",
                                                                                    "zz": "x"}}, capsys)
     assert rc == 0 and res["missing_text"] == "OK"
+    assert res["kube_auth"] == KUBE_AUTH
     assert "zz" in json.dumps(res["warnings"])
 
 
