@@ -10,8 +10,9 @@ Every blocker class carries the policy option that overrides it, so a failure ca
 
 Pods that already have a ``metadata.deletionTimestamp`` are not evicted or deleted again, but they
 are not ignored either: they may still hold the device until the kubelet has stopped them. Each plan
-puts them in ``PodPlan.wait`` (drain: every terminating pod in the drain's scope that is neither a
-DaemonSet nor a mirror pod; pod deletion: terminating accelerator pods), and the step waits until
+puts them in ``PodPlan.wait`` (drain: every terminating pod matched by ``drain.podSelector`` that is
+neither a DaemonSet nor a mirror pod, drain-skip label or not; pod deletion: terminating accelerator
+pods), and the step waits until
 they are gone from the node like the pods it removes. :func:`terminating_pods` gives the same list
 for any step.
 """
@@ -202,8 +203,9 @@ def _apply_storage_and_controller(plan: PodPlan, pod: Mapping[str, Any], force: 
 def plan_drain(pods: Iterable[Mapping[str, Any]], drain: Any, drain_skip_label: str) -> PodPlan:
     """Classify the node's pods for a drain (``drain`` = upgrade_policy.Drain).
 
-    Skipped in this order: DaemonSet and mirror pods, the drain-skip label, ``drain.podSelector``
-    (-> ``ignored``); the rest is terminating (-> ``wait``) or goes to ``remove`` / ``blockers``.
+    In this order: DaemonSet and mirror pods and pods outside ``drain.podSelector`` -> ``ignored``;
+    terminating pods -> ``wait`` (also when labelled with the drain-skip label); pods with the
+    drain-skip label -> ``ignored``; the rest -> ``remove`` or ``blockers``.
     """
     plan = PodPlan(step="drain")
     for pod in pods:
@@ -212,13 +214,14 @@ def plan_drain(pods: Iterable[Mapping[str, Any]], drain: Any, drain_skip_label: 
             plan._add(plan.ignored, "DaemonSet pods (never evicted)", pod)
         elif is_mirror_pod(pod):
             plan._add(plan.ignored, "mirror (static) pods", pod)
-        elif labels.get(drain_skip_label) == "true":
-            plan._add(plan.ignored, "labelled %s=true" % drain_skip_label, pod)
         elif not matches_selector(labels, drain.pod_selector):
             plan._add(plan.ignored, "not matched by drain.podSelector %r" % drain.pod_selector, pod)
         elif is_terminating(pod):
-            # Nothing to evict, but it may still hold the device: the drain waits for it.
+            # Nothing to evict, but it may still hold the device: the drain waits for it. Checked
+            # before the drain-skip label, which keeps a pod from being evicted, not from leaving.
             plan.wait.append(pod_ref(pod))
+        elif labels.get(drain_skip_label) == "true":
+            plan._add(plan.ignored, "labelled %s=true" % drain_skip_label, pod)
         else:
             _apply_storage_and_controller(plan, pod, drain.force, drain.delete_empty_dir_data)
     return plan

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Optional
 
+from ansible_collections.npuops.fleet.plugins.module_utils import k8s_retry
 from ansible_collections.npuops.fleet.plugins.module_utils.os_tags import os_image_matches
 
 # Node Feature Discovery label keys (the same for every vendor).
@@ -152,7 +153,8 @@ def list_nodes_raw(
         if timeout:
             kwargs["_request_timeout"] = timeout
         try:
-            resp = api.list_node(**kwargs)
+            # the same transient-error retry as every other node read (k8s_retry)
+            resp = k8s_retry.call(api.list_node, **kwargs)
         except k8s.ApiException as exc:
             requests += 1
             if exc.status == 410 and token and not restarted:

@@ -123,14 +123,6 @@ def read_node(core: Any, name: str) -> dict[str, Any]:
     return json.loads(resp.data)
 
 
-def same_transition(a: Mapping[str, Any], b: Mapping[str, Any], state_label: str, last_key: str) -> bool:
-    """True when nodes ``a`` and ``b`` show the same upgrade state and the same last transition: a
-    resourceVersion that moved between them was someone else's unrelated write (a heartbeat)."""
-    return labels(a).get(state_label) == labels(b).get(state_label) and annotations(a).get(last_key) == annotations(
-        b
-    ).get(last_key)
-
-
 def boot_id(node: Mapping[str, Any]) -> str:
     return ((node.get("status") or {}).get("nodeInfo") or {}).get("bootID") or ""
 

@@ -44,6 +44,15 @@ IN_PROGRESS_STATES = PREPARE_STATES + HOST_WORK_STATES + FINISH_STATES
 ADMITTED_STATES = (UPGRADE_REQUIRED,) + IN_PROGRESS_STATES
 
 
+class UpgradeFailed(RuntimeError):
+    """The phase failed; the node's label/annotations already say why (unless check mode)."""
+
+
+class UpgradeConflict(UpgradeFailed):
+    """Another run (or an admin) moved the node meanwhile; this run changed nothing more and must not
+    undo anything (the abort path is not taken)."""
+
+
 def prepare_next(state: str, drain_enabled: bool) -> Optional[str]:
     """The state prepare moves to after finishing ``state``'s work; None when prepare is done."""
     return {
@@ -80,6 +89,7 @@ def phase_entry(
     has_bookkeeping: bool,
     retry_failed: bool = True,
     host_at_target: Optional[bool] = None,
+    admitted: bool = False,
 ) -> Entry:
     """Decide how ``phase`` begins from ``state``.
 
@@ -88,6 +98,10 @@ def phase_entry(
     check, when the caller made one (``host_at_target``), agrees. A node that an earlier attempt left
     cordoned (``has_bookkeeping``) is only put back into service that way when the host check passed
     (``host_at_target is True``): labels alone never uncordon it.
+
+    ``admitted``: the upgrade-required label was written by an upgrade run (the last-transition
+    annotation says so), not by an admin. Such a node is resumed, not started again: a second run
+    must not count it as new, and its first transition is the one that decides between runs.
     """
     state = state or ""
     if phase == "status":
@@ -100,6 +114,8 @@ def phase_entry(
         if state in IDLE_STATES:
             if _done_without_disruption(at_target, has_bookkeeping, host_at_target):
                 return Entry("done_without_disruption", "driver already at the target version")
+            if state == UPGRADE_REQUIRED and admitted:
+                return Entry("resume")
             return Entry("start")
         if state in PREPARE_STATES:
             return Entry("resume")

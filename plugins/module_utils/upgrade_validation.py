@@ -79,3 +79,16 @@ def wait_validated(
     ):
         return seen["why"], seen["version"]
     return None, seen["version"]
+
+
+def devices_differ(recorded: Mapping[str, Any], now: Mapping[str, Any]) -> Optional[str]:
+    """Why the host's devices ``now`` differ from the ``recorded`` baseline (None when they agree).
+    Shapes: ``{"device_count": int, "pci_bus_ids": [str, ...]}``; PCI ids compare when both have them."""
+    before_n, now_n = recorded.get("device_count"), now.get("device_count")
+    if before_n is not None and now_n != before_n:
+        return "host has %s devices, %s before the first upgrade attempt" % (now_n, before_n)
+    before_ids = {str(i).lower() for i in recorded.get("pci_bus_ids") or []}
+    now_ids = {str(i).lower() for i in now.get("pci_bus_ids") or []}
+    if before_ids and now_ids and before_ids != now_ids:
+        return "devices missing since the first upgrade attempt: %s" % ", ".join(sorted(before_ids - now_ids) or ["?"])
+    return None

@@ -194,9 +194,21 @@ baseline_mismatch:
   returned: when they differ
   type: str
 kube_auth:
-  description: Where the Kubernetes credentials came from (source, kubeconfig, context).
-  returned: always
+  description: Where the Kubernetes credentials came from, so a run shows which cluster it changed.
+  returned: when the client was built
   type: dict
+  contains:
+    source:
+      description: >-
+        C(option kubeconfig), C(env K8S_AUTH_KUBECONFIG), C(env KUBECONFIG), C(~/.kube/config),
+        C(in-cluster) or C(host+api_key).
+      type: str
+    kubeconfig:
+      description: The kubeconfig path or list as given; null for C(in-cluster) and C(host+api_key).
+      type: str
+    context:
+      description: The context used; null without a kubeconfig.
+      type: str
 driver_version: {description: Driver version from the node's labels., returned: always, type: str}
 api_requests:
   description: Kubernetes API requests made by this call, by HTTP method (watches count once).
@@ -215,7 +227,7 @@ from ansible_collections.npuops.fleet.plugins.module_utils.k8s_client import (  
     HAS_KUBERNETES,
     KUBERNETES_IMPORT_ERROR,
     K8sAuthError,
-    get_api_client,
+    get_api_client_and_source,
 )
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade_policy import PolicyError, parse_policy  # noqa: E402
 from ansible_collections.npuops.fleet.plugins.module_utils.vendor_profiles import (  # noqa: E402
@@ -281,7 +293,7 @@ def main():
         module.fail_json(msg="invalid input, nothing was changed: target_version %r is not a driver version "
                          "such as 550.90.07" % p["target_version"], node=p["node"])
     try:
-        api_client = get_api_client(p)
+        api_client, kube_auth = get_api_client_and_source(p)
     except K8sAuthError as exc:
         module.fail_json(msg=str(exc), node=p["node"])
     counts = count_requests(api_client)
@@ -308,7 +320,7 @@ def main():
     try:
         result = upgrade.run(p["phase"], p["reason"])
     except UpgradeFailed as exc:
-        result = dict(upgrade.result, api_requests=counts, changed=upgrade.changed)
+        result = dict(upgrade.result, api_requests=counts, changed=upgrade.changed, kube_auth=kube_auth)
         result.pop("message", None)
         for warning in upgrade.warnings:
             module.warn(warning)
@@ -318,7 +330,7 @@ def main():
         detail = "HTTP %s %s" % (status, getattr(exc, "reason", "")) if status else str(exc)
         if status == 403:
             detail += " (the ClusterRole in deploy/rbac/npuops-fleet-clusterrole.yaml lists the access needed)"
-        result = dict(upgrade.result, api_requests=counts, changed=upgrade.changed)
+        result = dict(upgrade.result, api_requests=counts, changed=upgrade.changed, kube_auth=kube_auth)
         result.pop("message", None)
         module.fail_json(
             msg="node %s, phase %s, state %s: Kubernetes API error: %s"
@@ -329,6 +341,7 @@ def main():
     for warning in upgrade.warnings:
         module.warn(warning)
     result["api_requests"] = counts
+    result["kube_auth"] = kube_auth
     module.exit_json(**result)
 
 

@@ -149,7 +149,7 @@ def workloads(lab, evict_node):
     sfx = evict_node.rsplit("-", 1)[1]
     names = {k: "it-evict-%s-%s" % (k.replace("_", ""), sfx) for k in ("two_pdbs", "frozen", "free")}
     vap = "it-evict-deny-%s" % sfx
-    message = "evictions of %s are frozen by the lab policy" % names["frozen"]
+    message = "evictions of %s pods are frozen by the lab policy" % names["frozen"]
     made = []
     try:
         for app in names.values():
@@ -202,7 +202,8 @@ def workloads(lab, evict_node):
                     },
                     "validations": [
                         {
-                            "expression": "object.metadata.name != '%s'" % names["frozen"],
+                            # Deployment pods are named <deployment>-<hash>-<suffix>: deny the one pod of it.
+                            "expression": "!object.metadata.name.startsWith('%s-')" % names["frozen"],
                             "message": message,
                             "reason": "Forbidden",
                         }
@@ -276,7 +277,9 @@ def test_two_pdbs_end_the_eviction_at_once(lab, workloads):
     assert still_there(core_v1, p)
     # Found from the PDBs alone as well (no write at all).
     (reason,) = drain.multi_pdb_pods(client.PolicyV1Api(lab), [p]).values()
-    assert reason.startswith("covered by 2 PodDisruptionBudgets (%s-a, %s-b)" % (ref, ref))
+    deploy = "%s/%s" % (NS, p["metadata"]["labels"]["app"])
+    assert reason == drain.multiple_pdb_reason(["%s-a" % deploy, "%s-b" % deploy])
+    assert reason.startswith("covered by 2 PodDisruptionBudgets (%s-a, %s-b): " % (deploy, deploy))
 
     core.evictions.clear()
     t0 = time.monotonic()
@@ -395,3 +398,46 @@ def test_empty_selector_pdb_counts_for_the_apiserver_too(lab, evict_node, own_na
         assert list(drain.probe_evictions(core_v1, [p])) == [ref]
     finally:
         gone(core_v1.delete_namespaced_pod, "solo", ns)
+
+
+def test_wait_gone_names_a_pod_still_terminating(lab, evict_node):
+    """A finalizer keeps an evicted pod on the node: wait_gone returns it with the reason."""
+    core_v1 = client.CoreV1Api(lab)
+    name = "it-evict-held-%s" % uuid.uuid4().hex[:6]
+    core_v1.create_namespaced_pod(
+        NS,
+        {
+            "metadata": {"name": name, "finalizers": ["lab.npuops.io/hold"]},
+            "spec": {
+                "nodeName": evict_node,
+                "tolerations": [{"key": TAINT, "operator": "Exists"}],
+                "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+            },
+        },
+    )
+    try:
+        p = wait(
+            "pod %s Running" % name,
+            lambda: (
+                (d := json.loads(core_v1.read_namespaced_pod(name, NS, _preload_content=False).data))["status"].get(
+                    "phase"
+                )
+                == "Running"
+                and d
+            ),
+        )
+        assert drain.evict(core_v1, [p], time.monotonic() + 30) == ["%s/%s" % (NS, name)]
+        (left,) = drain.wait_gone(core_v1, evict_node, {p["metadata"]["uid"]}, 2)
+        assert left.startswith("%s/%s (terminating, deletionTimestamp " % (NS, name))
+        assert left.endswith(", finalizers lab.npuops.io/hold)") and ", grace " in left
+        # A second eviction of the terminating pod is not even sent; the caller still waits for it.
+        held = json.loads(core_v1.read_namespaced_pod(name, NS, _preload_content=False).data)
+        counting = CountingCore(core_v1)
+        assert drain.evict(counting, [held], None) == ["%s/%s" % (NS, name)] and counting.evictions == []
+    finally:
+        gone(core_v1.patch_namespaced_pod, name, NS, {"metadata": {"finalizers": None}})
+        gone(core_v1.delete_namespaced_pod, name, NS)
+        wait(
+            "pod %s gone" % name,
+            lambda: not core_v1.list_namespaced_pod(NS, field_selector="metadata.name=" + name).items,
+        )

@@ -316,10 +316,12 @@ def test_two_prepares_racing_on_one_fresh_node_exactly_one_starts(core_v1, kubec
         t.join(timeout=300)
     started = [r for r in results if any(t["to"] == "upgrade-required" for t in r.get("transitions") or [])]
     assert len(started) == 1, results
-    loser = [r for r in results if r is not started[0]][0]
-    assert loser.get("failed") or not loser.get("changed"), loser
-    if loser.get("failed"):
-        assert "another run" in loser["msg"], loser["msg"]
+    # The other call either found the node already prepared or lost a transition to the first one:
+    # then it failed naming the other run and undid nothing.
+    failed = [r for r in results if r.get("failed")]
+    assert len(failed) <= 1, results
+    for r in failed:
+        assert "another run" in r["msg"], r["msg"]
     starts = [e for e in events(core_v1, node) if "-> upgrade-required" in (e.message or "")]
     assert len(starts) == 1, [e.message for e in starts]
     n = core_v1.read_node(node)

@@ -135,9 +135,24 @@ class FakeCluster:
         self._remove(name, ns)
         return Resp({})
 
-    def create_namespaced_pod_eviction(self, name, ns, body, _preload_content=True):
+    def create_namespaced_pod_eviction(self, name, ns, body, _preload_content=True, dry_run=None):
         pod = next((p for p in self.pods if (p["metadata"]["name"], p["metadata"]["namespace"]) == (name, ns)), None)
         if pod:
+            covering = [
+                pdb
+                for pdb in self.pdbs
+                if pdb["metadata"]["namespace"] == ns
+                and matches_label_selector_object(pod["metadata"].get("labels"), pdb["spec"].get("selector"))
+            ]
+            if len(covering) > 1:  # the apiserver's answer (pkg/registry/core/pod/storage/eviction.go)
+                exc = ApiException(status=500, reason="Internal Server Error")
+                exc.body = json.dumps(
+                    {
+                        "message": "This pod has more than one PodDisruptionBudget, which the eviction "
+                        "subresource does not support."
+                    }
+                )
+                raise exc
             for pdb in self.pdbs:
                 if (
                     pdb["metadata"]["namespace"] == ns
@@ -149,6 +164,10 @@ class FakeCluster:
                         {"message": "Cannot evict pod as it would violate the pod's disruption budget."}
                     )
                     raise exc
+        if dry_run:
+            if pod is None:
+                raise ApiException(status=404, reason="Not Found")
+            return Resp({})
         self.writes += 1
         self._remove(name, ns)
         return Resp({})

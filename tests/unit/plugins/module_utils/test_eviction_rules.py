@@ -138,10 +138,11 @@ def test_terminating_pods_helper():
 
 def test_drain_waits_for_terminating_pods_in_its_scope():
     plan = er.plan_drain(terminating_mix(), parse_policy({"drain": {"enable": True}}).drain, SKIP)
-    assert plan.wait == ["default/going", "default/gpu-going", "default/gpu-done-going"]
+    # The drain-skip label keeps a pod from being evicted, not from leaving: kept-going is waited for.
+    assert plan.wait == ["default/going", "default/gpu-going", "default/gpu-done-going", "default/kept-going"]
     assert plan.remove == ["default/web-1"] and not plan.blockers
     ignored = {r for refs in plan.ignored.values() for r in refs}
-    assert {"gpu-operator/ds-going", "kube-system/static-going", "default/kept-going"} == ignored
+    assert {"gpu-operator/ds-going", "kube-system/static-going"} == ignored
     # Outside drain.podSelector: not the drain's business.
     narrow = er.plan_drain(terminating_mix(), parse_policy({"drain": {"podSelector": "app=web"}}).drain, SKIP)
     assert narrow.wait == [] and narrow.remove == ["default/web-1"]

@@ -17,9 +17,9 @@ from ansible_collections.npuops.fleet.plugins.module_utils.node_upgrade import (
     NodeUpgrade,
     UpgradeConflict,
     UpgradeFailed,
-    devices_differ,
 )
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade_policy import parse_policy
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade_validation import devices_differ
 from ansible_collections.npuops.fleet.plugins.module_utils.vendor_profiles import resolve_profile
 
 NV = resolve_profile("nvidia")
@@ -307,3 +307,25 @@ def test_baseline_is_recorded_once_and_a_retry_compares_with_it():
     assert res["host_work_required"] and res["state"] == "pod-restart-required"
     assert c.nodes["n1"]["spec"]["unschedulable"]  # never back in service on labels alone
     assert json.loads(c.nodes["n1"]["metadata"]["annotations"][ANN + "devices-before"]) == {"device_count": 8}
+
+
+def test_another_runs_transition_seen_through_a_patch_response_is_a_conflict():
+    """This run believes pod-deletion-required; another run already moved the node on, and this run's
+    copy of the node (from a label patch's response) shows it. The guard must say conflict at once."""
+    c = cluster()
+    up = upgrade(c)
+    up.run("status")
+    up.state = "pod-deletion-required"
+    c.nodes["n1"]["metadata"]["labels"][STATE] = "pod-restart-required"
+    c.bump("n1")
+    up.node = json.loads(c.read_node("n1").data)
+    with pytest.raises(UpgradeConflict, match="changed from pod-deletion-required to pod-restart-required"):
+        up._transition("pod-restart-required", "mine")
+
+
+def test_upgrade_required_written_by_a_run_is_resumed_not_started_again():
+    from ansible_collections.npuops.fleet.plugins.module_utils import upgrade_state_machine as sm
+
+    assert sm.phase_entry("prepare", "upgrade-required", False, False, admitted=True).action == "resume"
+    # an admin's label (operator style) is a request: admission applies
+    assert sm.phase_entry("prepare", "upgrade-required", False, False, admitted=False).action == "start"

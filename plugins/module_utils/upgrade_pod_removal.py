@@ -1,0 +1,169 @@
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Pod removal steps of NodeUpgrade: the pod-deletion step (accelerator pods) and the drain, both
+through the Eviction API with PodDisruptionBudgets honoured; already-terminating pods are waited for;
+before a reboot the drain is full whatever the policy says, and pods that cannot go stop it.
+Which pods go is decided in ``eviction_rules``; the API calls are in ``drain``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Optional
+
+from ansible_collections.npuops.fleet.plugins.module_utils import drain, eviction_rules
+from ansible_collections.npuops.fleet.plugins.module_utils import upgrade_state_machine as sm
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade_policy import timeout_or_none
+
+
+class PodRemovalSteps:
+    """Mixin of NodeUpgrade (uses its node, policy, profile, result and failure paths)."""
+
+    def _drain_policy(self) -> Any:
+        """The drain that applies: the policy's, or a full one when the host will reboot (a reboot
+        takes every pod with it, whatever drain.enable and drain.podSelector say)."""
+        if not self.reboot_planned:
+            return self.policy.drain
+        return dataclasses.replace(self.policy.drain, enable=True, pod_selector="")
+
+    def _plan_drain(self, pods: list[dict[str, Any]], drain_policy: Any) -> eviction_rules.PodPlan:
+        plan = eviction_rules.plan_drain(pods, drain_policy, self.profile["drain_skip_label"])
+        if self.reboot_planned:
+            # A drain-skip label keeps a pod through a drain, not through a reboot: it blocks.
+            kept = plan.ignored.pop("labelled %s=true" % self.profile["drain_skip_label"], [])
+            if kept:
+                plan.blockers.setdefault(
+                    "pods labelled %s=true (a reboot would kill them)" % self.profile["drain_skip_label"], []
+                ).extend(kept)
+        return plan
+
+    def _structural_refusals(self, victims: list[dict[str, Any]]) -> dict[str, str]:
+        """Pods the Eviction API refuses for a reason no retry changes (several PDBs, an admission
+        policy, RBAC): from the PDBs (no write) and a server-side dry-run eviction of each pod."""
+        refused = dict(drain.multi_pdb_pods(self.policy_api, victims))
+        try:
+            rest = [v for v in victims if eviction_rules.pod_ref(v) not in refused]
+            refused.update(drain.probe_evictions(self.core, rest))
+        except Exception as exc:  # noqa: BLE001 - a preflight probe must not fail the read-only phases
+            self.warnings.append("dry-run evictions not possible: %s" % self._describe(exc))
+        return refused
+
+    def _remove_pods(self, victims: list[dict[str, Any]], wait_refs: list[str], pods: list[dict[str, Any]],
+                     timeout_key: str, timeout: Optional[float], after_host_work: bool) -> list[str]:
+        """Evict ``victims`` (PDBs honoured, 429 retried until the step's timeout), then wait until they
+        and the already-terminating pods ``wait_refs`` are gone. Failures end the step with the pods,
+        PDBs and the server's message."""
+        fail = self._fail_after_host_work if after_host_work else self._abort
+        by_ref = {eviction_rules.pod_ref(p): p for p in pods}
+        deadline = self._deadline(timeout)
+        try:
+            evicted = drain.evict(self.core, victims, deadline)
+        except drain.DrainError as exc:
+            self.result["evicted"].extend(exc.removed)
+            if exc.kind == drain.KIND_REFUSED:
+                fail("eviction refused by the API server (not retried): %s" % exc)
+            if exc.kind == drain.KIND_UNAVAILABLE:
+                fail(
+                    "the API server did not accept evictions until %s=%s (transport errors or 5xx): %s"
+                    % (timeout_key, self._secs(timeout), exc)
+                )
+            pdbs = drain.blocking_pdbs(self.policy_api, [by_ref[r] for r in exc.remaining if r in by_ref])
+            self.result["blocking_pdbs"] = [p["detail"] for p in pdbs] or self.result["blocking_pdbs"]
+            fail(
+                "evictions refused until %s=%s: PodDisruptionBudgets allowing 0 disruptions: %s; pods still on "
+                "the node: %s; %s"
+                % (timeout_key, self._secs(timeout), ", ".join(p["pdb"] for p in pdbs) or "none found now",
+                   ", ".join(exc.remaining), exc)
+            )
+        self.result["evicted"].extend(evicted)
+        uids = {p["metadata"]["uid"] for p in victims}
+        uids |= {by_ref[r]["metadata"]["uid"] for r in wait_refs if r in by_ref}
+        self.result["waited_for"].extend(sorted(set(wait_refs) - set(self.result["waited_for"])))
+        left = drain.wait_gone(
+            self.core,
+            self.name,
+            uids,
+            None if deadline is None else max(1.0, deadline - time.monotonic()),
+        )
+        if left:
+            fail("pods still on the node after %s=%s: %s" % (timeout_key, self._secs(timeout), ", ".join(left)))
+        return evicted
+
+    def _delete_pods(self, nxt: str) -> tuple[str, str]:
+        """The pod-deletion step: accelerator pods go through the Eviction API (PDBs honoured), as in
+        the operators' upgrade library; already-terminating accelerator pods are waited for."""
+        pods = self._pods()
+        plan = eviction_rules.plan_pod_deletion(pods, self.policy.pod_deletion, self.profile)
+        drain_on = self._drain_policy().enable
+        if plan.blockers:
+            if drain_on:
+                return (
+                    sm.DRAIN_REQUIRED,
+                    "pod deletion not possible (%s); the drain handles them" % plan.blocker_message(),
+                )
+            self._abort("pod deletion blocked: %s" % plan.blocker_message())
+        by_ref = {eviction_rules.pod_ref(p): p for p in pods}
+        victims = [by_ref[r] for r in sorted(plan.remove)]
+        if not victims and not plan.wait:
+            return nxt, "no accelerator pods on the node"
+        if self.check:
+            self.result["would_evict"].extend(sorted(plan.remove))
+            self.result["refused_evictions"].update(self._structural_refusals(victims))
+            self.result["waited_for"].extend(sorted(plan.wait))
+            return nxt, "would evict accelerator pods %s%s" % (
+                ", ".join(sorted(plan.remove)) or "none",
+                "; would wait for terminating pods %s" % ", ".join(sorted(plan.wait)) if plan.wait else "",
+            )
+        timeout = timeout_or_none(self.policy.pod_deletion.timeout_seconds)
+        evicted = self._remove_pods(
+            victims, sorted(plan.wait), pods, "podDeletion.timeoutSeconds", timeout, after_host_work=False
+        )
+        self.result["deleted"].extend(evicted)
+        why = "evicted accelerator pods %s" % (", ".join(evicted) or "none")
+        if plan.wait:
+            why += "; terminating pods gone: %s" % ", ".join(sorted(plan.wait))
+        return nxt, why
+
+    def _drain(self, after_host_work: bool) -> str:
+        """Evict the node's pods per the drain policy (or fully before a reboot) and wait until they,
+        and every pod already terminating in the drain's scope, are gone."""
+        drain_policy = self._drain_policy()
+        fail = self._fail_after_host_work if after_host_work else self._abort
+        pods = self._pods()
+        plan = self._plan_drain(pods, drain_policy)
+        why = "the host will reboot (%s)" % self.reboot_reason if self.reboot_reason else "the host will reboot"
+        if self.reboot_planned and not self.policy.drain.enable:
+            self.result["full_drain"] = "%s: drained fully although drain.enable is false" % why
+        elif self.reboot_planned and self.policy.drain.pod_selector:
+            self.result["full_drain"] = "%s: drained fully, not only drain.podSelector %r" % (
+                why,
+                self.policy.drain.pod_selector,
+            )
+        if plan.blockers:
+            fail(("drain before the reboot blocked: %s" if self.reboot_planned else "drain blocked: %s")
+                 % plan.blocker_message())
+        by_ref = {eviction_rules.pod_ref(p): p for p in pods}
+        victims = [by_ref[r] for r in sorted(plan.remove)]
+        pdbs = drain.blocking_pdbs(self.policy_api, victims)
+        self.result["blocking_pdbs"] = [p["detail"] for p in pdbs]
+        if pdbs:
+            self.warnings.append(
+                "PDBs allowing 0 disruptions now (evictions are retried until drain.timeoutSeconds=%s): %s"
+                % (self.policy.drain.timeout_seconds, "; ".join(self.result["blocking_pdbs"]))
+            )
+        note = " (%s)" % self.result["full_drain"] if self.result["full_drain"] else ""
+        if self.check:
+            refused = self._structural_refusals(victims)
+            self.result["refused_evictions"].update(refused)
+            self.result["would_evict"].extend(sorted(plan.remove))
+            self.result["waited_for"].extend(sorted(plan.wait))
+            if refused:
+                fail("the API server refuses to evict %s" % "; ".join("%s: %s" % kv for kv in sorted(refused.items())))
+            return "would evict %s%s" % (", ".join(sorted(plan.remove)) or "nothing", note)
+        if not victims and not plan.wait:
+            return "drained: nothing to evict%s" % note
+        timeout = timeout_or_none(self.policy.drain.timeout_seconds)
+        evicted = self._remove_pods(
+            victims, sorted(plan.wait), pods, "drain.timeoutSeconds", timeout, after_host_work=after_host_work
+        )
+        return "drained: evicted %s%s" % (", ".join(evicted) or "nothing", note)

@@ -1,0 +1,197 @@
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The prepare phase of NodeUpgrade: admission and the first transition (both safe against
+concurrent runs), then cordon, wait for jobs, pod deletion / drain (``upgrade_pod_removal``) and the
+operand pause, up to pod-restart-required ("ready for host work"). Any failure after the start goes
+through the abort path (operands and schedulability restored, upgrade-failed, an Event).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+from ansible_collections.npuops.fleet.plugins.module_utils import (
+    admission,
+    cordon,
+    eviction_rules,
+    k8s_wait,
+    node_record,
+    operands,
+)
+from ansible_collections.npuops.fleet.plugins.module_utils import upgrade_state_machine as sm
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade_policy import timeout_or_none
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade_state_machine import UpgradeConflict, UpgradeFailed
+
+
+class PrepareSteps:
+    """Mixin of NodeUpgrade (uses its node, policy, profile and transition helpers)."""
+
+    def _phase_prepare(self, entry: sm.Entry, reason: Optional[str]) -> None:
+        if entry.action == "noop":
+            self.result["message"] = entry.message
+            return
+        if entry.action == "done_without_disruption":
+            self._done_without_disruption()
+            return
+        if entry.action == "start":
+            if not self.target:
+                raise UpgradeFailed("node %s: target_version is required to start an upgrade" % self.name)
+            self._start()
+        if self.check:
+            self._prepare_steps(entry)
+            return
+        try:
+            self._prepare_steps(entry)
+        except UpgradeFailed:
+            raise  # already aborted, or another run's move (UpgradeConflict): nothing to undo here
+        except Exception as exc:  # noqa: BLE001 - every other failure after the start goes through the abort
+            reason = "unexpected error in %s: %s" % (self.state or "(no state)", self._describe(exc))
+            try:
+                self._abort(reason)
+            except UpgradeFailed:
+                raise
+            except Exception as exc2:  # noqa: BLE001
+                raise UpgradeFailed(
+                    "node %s: %s; the abort could not complete either (%s): the node may still be cordoned in %s; "
+                    "rerun prepare, or run phase=fail" % (self.name, reason, self._describe(exc2), self.state)
+                ) from exc
+
+    def _start(self) -> None:
+        """Admission, then the first transition (upgrade-required), both safe against concurrent runs."""
+        claimed = self._admit()
+        try:
+            why = "upgrade to driver %s requested (node has %s)" % (
+                self.target,
+                self.result["driver_version"] or "no driver label",
+            )
+            if self.state == sm.UPGRADE_FAILED:
+                last = node_record.get_json_annotation(self.profile, self.node, node_record.LAST_TRANSITION) or {}
+                why = "retry after upgrade-failed (%s); %s" % (last.get("reason", "?"), why)
+            annotations = {self._ann(node_record.TARGET_VERSION): self.target}
+            recorded = node_record.get_annotation(self.profile, self.node, node_record.DEVICES_BEFORE)
+            if self.baseline and self.baseline.get("device_count") is not None and not recorded:
+                annotations[self._ann(node_record.DEVICES_BEFORE)] = json.dumps(self.baseline, sort_keys=True)
+            self._transition(sm.UPGRADE_REQUIRED, why, annotations=annotations)
+        finally:
+            if claimed and self.slots is not None and not self.slots.release(self.name, self.token):
+                self.warnings.append(
+                    "could not remove the admission slot entry of node %s; it expires after %ds"
+                    % (self.name, admission.SLOT_GRACE)
+                )
+
+    def _prepare_steps(self, entry: sm.Entry) -> None:
+        if entry.action == "resume" and self.state not in (sm.UPGRADE_REQUIRED, sm.CORDON_REQUIRED):
+            # Past the cordon step the node must be cordoned (an abort killed midway, or someone
+            # uncordoned it): cordon again, keeping the record if there is one.
+            self.node = cordon.cordon(self.core, self.profile, self.node, self.check)
+        drain_on = self._drain_policy().enable
+        while True:
+            nxt = sm.prepare_next(self.state, drain_on)
+            if nxt is None:
+                break
+            why = "step done"
+            if self.state == sm.UPGRADE_REQUIRED:
+                why = "admitted"
+            elif self.state == sm.CORDON_REQUIRED:
+                was = cordon.is_cordoned(self.node)
+                self.node = cordon.cordon(self.core, self.profile, self.node, self.check)
+                why = (
+                    "node was already cordoned before the upgrade; it stays cordoned afterwards"
+                    if (
+                        node_record.get_annotation(self.profile, self.node, node_record.UNSCHEDULABLE_BEFORE) == "true"
+                        or (self.check and was)
+                    )
+                    else "node cordoned"
+                )
+            elif self.state == sm.WAIT_FOR_JOBS_REQUIRED:
+                why = self._wait_for_jobs()
+            elif self.state == sm.POD_DELETION_REQUIRED:
+                nxt, why = self._delete_pods(nxt)
+            elif self.state == sm.DRAIN_REQUIRED:
+                why = self._drain(after_host_work=False)
+            if nxt == sm.POD_RESTART_REQUIRED:
+                why += "; " + self._pause_operands()
+            self._transition(nxt, why)
+        self.result["message"] = "node %s is ready for host work (%s)" % (self.name, self.state)
+
+    def _admit(self) -> bool:
+        """Wait for admission; True when a slot entry was claimed (to be released after the start)."""
+        if self.check or self.slots is None:
+            why = admission.check_admission(self.core, self.slots, self.profile, self.policy, self.name)
+            if why:
+                if not self.check:
+                    raise UpgradeFailed("node %s not admitted: %s (nothing was changed)" % (self.name, why))
+                self.warnings.append("check mode: prepare would wait for admission: %s" % why)
+            return False
+        try:
+            why = admission.wait_admission(
+                self.core, self.slots, self.profile, self.policy, self.name, self.token, self.admission_timeout
+            )
+        except admission.AdmissionConflict as exc:
+            raise UpgradeConflict("node %s: %s; this run changed nothing" % (self.name, exc))
+        if why:
+            raise UpgradeFailed(
+                "node %s not admitted within admission_timeout=%ss: %s (nothing was changed)"
+                % (self.name, self.admission_timeout, why)
+            )
+        return True
+
+    def _wait_for_jobs(self) -> str:
+        wfc = self.policy.wait_for_completion
+        if not wfc.pod_selector:
+            return "waitForCompletion.podSelector empty: step skipped"
+        if self.check:
+            left = eviction_rules.pods_matching(self._pods(), wfc.pod_selector)
+            return "would wait for %d job pod(s): %s" % (len(left), ", ".join(left))
+        res = k8s_wait.wait_for(
+            self.core.list_pod_for_all_namespaces,
+            lambda items: not eviction_rules.pods_matching(items, wfc.pod_selector),
+            timeout_or_none(wfc.timeout_seconds),
+            field_selector="spec.nodeName=%s" % self.name,
+        )
+        if res.ok:
+            return "job pods matching %r finished" % wfc.pod_selector
+        left = eviction_rules.pods_matching(res.items, wfc.pod_selector)
+        self.warnings.append(
+            "waitForCompletion timed out after %ss; going on with %s" % (wfc.timeout_seconds, ", ".join(left))
+        )
+        return "waitForCompletion timed out after %ss with pods still running: %s" % (
+            wfc.timeout_seconds,
+            ", ".join(left),
+        )
+
+    def _pause_operands(self) -> str:
+        labels = self._labels()
+        recorded = node_record.get_json_annotation(self.profile, self.node, node_record.OPERAND_LABELS_BEFORE)
+        pods = self._pods()
+        annotations: dict[str, str] = {}
+        if recorded is None:
+            before, changes = operands.pause_plan(self.profile, labels)
+            annotations[self._ann(node_record.OPERAND_LABELS_BEFORE)] = json.dumps(before, sort_keys=True)
+            annotations[self._ann(node_record.OPERAND_DAEMONSETS)] = json.dumps(
+                operands.operand_daemonsets(self.profile, pods)
+            )
+        else:
+            before = recorded
+            changes = {
+                k: operands.paused_value(v) for k, v in before.items() if labels.get(k) != operands.paused_value(v)
+            }
+        paused = {k for k, v in before.items() if operands.paused_value(v) != v}
+        if self.check:
+            return "would pause operands %s" % ", ".join(sorted(changes)) if changes else "no operands to pause"
+        if changes or annotations:
+            self.node = node_record.patch_node(
+                self.core, self.name, {"metadata": {"labels": changes, "annotations": annotations}}
+            )
+        res = k8s_wait.wait_for(
+            self.core.list_pod_for_all_namespaces,
+            lambda items: not operands.paused_operand_pods(self.profile, items, paused),
+            self.operands_timeout,
+            field_selector="spec.nodeName=%s" % self.name,
+        )
+        if not res.ok:
+            self._abort(
+                "operand pods did not leave within %ss after pausing: %s"
+                % (self.operands_timeout, ", ".join(operands.paused_operand_pods(self.profile, res.items, paused)))
+            )
+        return "operands paused (%s)" % (", ".join(sorted(paused)) or "none")
