@@ -167,7 +167,7 @@ class Slots:
 
     def release(self, node_name: str, token: str, attempts: int = 10) -> bool:
         """Remove this run's entry for ``node_name`` (and expired ones). False when it could not."""
-        for _ in range(attempts):
+        for _attempt in range(attempts):
             record = self.read()
             entries = self.live(record)
             if (record.entries.get(node_name) or {}).get("token") == token:

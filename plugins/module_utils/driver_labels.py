@@ -17,4 +17,3 @@ def node_driver_version(profile: Mapping[str, Any], labels: Optional[Mapping[str
         return read_driver_version(labels or {}, profile, "<node>")["version"]
     except LabelError:
         return None
-

@@ -153,7 +153,7 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
         fails, re-read: the state and last transition this run knows mean someone else's unrelated
         write (a heartbeat, a label), so try again; anything else is another run's move."""
         last_key = self._ann(node_record.LAST_TRANSITION)
-        for _ in range(8):
+        for _attempt in range(8):
             ops = make_ops(self.node, state_label, self.state, to, anns, labels)
             try:
                 self.node = node_record.patch_node(self.core, self.name, ops)
@@ -290,20 +290,7 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
             )
         self.result["message"] = "node %s is in %s" % (self.name, self.state)
 
-
-
-
-
-
-
-
-
     # ---- failure paths and messages -----------------------------------------------------------------
-
-
-
-
-
 
     @staticmethod
     def _secs(timeout: Optional[float]) -> str:
@@ -322,8 +309,6 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
                     msg = str(body)[:300]
             return "HTTP %s %s%s" % (status, getattr(exc, "reason", ""), (": " + msg) if msg else "")
         return "%s: %s" % (type(exc).__name__, exc)
-
-
 
     def _abort(self, reason: str) -> None:
         """Failure before any host change: operands and schedulability back as recorded, upgrade-failed."""
@@ -345,5 +330,3 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
         """Failure once the host may have changed: upgrade-failed, and the node stays cordoned."""
         self._transition(sm.UPGRADE_FAILED, reason + "; node stays cordoned", warning=True)
         raise UpgradeFailed("node %s: %s; node stays cordoned" % (self.name, reason))
-
-

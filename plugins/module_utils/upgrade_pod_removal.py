@@ -48,18 +48,27 @@ class PodRemovalSteps:
             self.warnings.append("dry-run evictions not possible: %s" % self._describe(exc))
         return refused
 
-    def _remove_pods(self, victims: list[dict[str, Any]], wait_refs: list[str], pods: list[dict[str, Any]],
-                     timeout_key: str, timeout: Optional[float], after_host_work: bool) -> list[str]:
+    def _remove_pods(
+        self,
+        victims: list[dict[str, Any]],
+        wait_refs: list[str],
+        pods: list[dict[str, Any]],
+        timeout_key: str,
+        timeout: Optional[float],
+        after_host_work: bool,
+        result_key: str = "evicted",
+    ) -> list[str]:
         """Evict ``victims`` (PDBs honoured, 429 retried until the step's timeout), then wait until they
-        and the already-terminating pods ``wait_refs`` are gone. Failures end the step with the pods,
-        PDBs and the server's message."""
+        and the already-terminating pods ``wait_refs`` are gone; the removed pods are added to
+        ``result[result_key]`` ("evicted" for the drain, "deleted" for the pod-deletion step). Failures
+        end the step with the pods, PDBs and the server's message."""
         fail = self._fail_after_host_work if after_host_work else self._abort
         by_ref = {eviction_rules.pod_ref(p): p for p in pods}
         deadline = self._deadline(timeout)
         try:
             evicted = drain.evict(self.core, victims, deadline)
         except drain.DrainError as exc:
-            self.result["evicted"].extend(exc.removed)
+            self.result[result_key].extend(exc.removed)
             if exc.kind == drain.KIND_REFUSED:
                 fail("eviction refused by the API server (not retried): %s" % exc)
             if exc.kind == drain.KIND_UNAVAILABLE:
@@ -75,7 +84,7 @@ class PodRemovalSteps:
                 % (timeout_key, self._secs(timeout), ", ".join(p["pdb"] for p in pdbs) or "none found now",
                    ", ".join(exc.remaining), exc)
             )
-        self.result["evicted"].extend(evicted)
+        self.result[result_key].extend(evicted)
         uids = {p["metadata"]["uid"] for p in victims}
         uids |= {by_ref[r]["metadata"]["uid"] for r in wait_refs if r in by_ref}
         self.result["waited_for"].extend(sorted(set(wait_refs) - set(self.result["waited_for"])))
@@ -116,9 +125,14 @@ class PodRemovalSteps:
             )
         timeout = timeout_or_none(self.policy.pod_deletion.timeout_seconds)
         evicted = self._remove_pods(
-            victims, sorted(plan.wait), pods, "podDeletion.timeoutSeconds", timeout, after_host_work=False
+            victims,
+            sorted(plan.wait),
+            pods,
+            "podDeletion.timeoutSeconds",
+            timeout,
+            after_host_work=False,
+            result_key="deleted",
         )
-        self.result["deleted"].extend(evicted)
         why = "evicted accelerator pods %s" % (", ".join(evicted) or "none")
         if plan.wait:
             why += "; terminating pods gone: %s" % ", ".join(sorted(plan.wait))

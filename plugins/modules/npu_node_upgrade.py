@@ -155,7 +155,11 @@ host_work_required:
   returned: always
   type: bool
 evicted: {description: Pods evicted ("ns/name")., returned: always, type: list, elements: str}
-deleted: {description: Accelerator pods deleted by the pod-deletion step., returned: always, type: list, elements: str}
+deleted:
+  description: Accelerator pods removed by the pod-deletion step (through the Eviction API, as the operators do).
+  returned: always
+  type: list
+  elements: str
 would_evict:
   description: Pods that would be evicted or deleted (check mode, status).
   returned: always

@@ -395,9 +395,14 @@ def test_pdb_that_allows_no_disruption_is_refused_before_any_cordon(lab_kubeconf
 K177, K179 = "5.15.0-177-generic", "5.15.0-179-generic"
 
 
-def test_incident_audit_flags_then_window_fixes_and_ip_vs_loads(lab_kubeconfig, core_v1, report_dir, restore):
+def test_incident_audit_flags_then_window_fixes_and_ip_vs_loads(
+    lab_kubeconfig, core_v1, report_dir, restore, trainer
+):
     """domain.md incident on lab-node-0: u-u upgrades 580 userspace + kernel; audit flags it; the
-    window (target 580.159.03) reboots into 5.15.0-179, verifies, and ip_vs loads there."""
+    window (target 580.159.03) reboots into 5.15.0-179, verifies, and ip_vs loads there.
+
+    With the chart's default policy (drain off) and a newer kernel installed, the window must drain the
+    node fully before the reboot: the PDB-protected CPU Deployment's pod there is evicted, not killed."""
     name = N0
     restore(name)
     pk = " ".join(
@@ -429,6 +434,9 @@ def test_incident_audit_flags_then_window_fixes_and_ip_vs_loads(lab_kubeconfig, 
     row = [h for h in audit["hosts"] if h["host"] == name][0]
     assert row["verdict"] == "reload_required" and name in audit["findings"], row
 
+    pods = trainer(1)  # one CPU pod per node, PDB allows one disruption
+    mine = [p.metadata.name for p in pods if p.spec.node_name == name]
+    assert mine, [(p.metadata.name, p.spec.node_name) for p in pods]
     rc, out = playbook(
         "maintenance_window.yml",
         lab_kubeconfig,
@@ -441,6 +449,11 @@ def test_incident_audit_flags_then_window_fixes_and_ip_vs_loads(lab_kubeconfig, 
     s, hosts = summary(report_dir)
     h = hosts[name]
     assert h["status"] == "upgraded" and h["rebooted"] and h["kernel_after"] == K179, h
+    # drained before any host work although the policy is the chart default (drain.enable false)
+    assert f"{NS}/{mine[0]}" in h["evicted"], h
+    assert "drain.enable is false" in h["full_drain"] and K179 in h["full_drain"], h
+    assert h["reboot_planned"] and "boot kernel changes" in h["reboot_planned_why"], h
+    assert "Drains the policy did not ask for" in (report_dir / "latest.md").read_text()
     assert h["new_version"] == "580.159.03"
     assert "ip_vs" in hx(name, "lsmod").stdout.split()
     assert hx(name, "nvidia-smi --query-gpu=driver_version --format=csv,noheader").stdout.split()[0] == "580.159.03"

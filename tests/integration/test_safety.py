@@ -217,7 +217,7 @@ def test_pod_deletion_evicts_and_honours_a_pdb(core_v1, apps_v1, policy_v1, kube
         assert "%s/%s" % (NS, name) in res["msg"], res["msg"]
         assert any(name in p for p in res["blocking_pdbs"]), res["blocking_pdbs"]
         # not deleted: the same pod (uid) is still there and Running
-        still = [p for p in core_v1.list_namespaced_pod(NS, label_selector="app=" + name).items]
+        still = list(core_v1.list_namespaced_pod(NS, label_selector="app=" + name).items)
         assert [p.metadata.uid for p in still] == [uid] and not still[0].metadata.deletion_timestamp
         assert not core_v1.read_node(node).spec.unschedulable
         # with the PDB relaxed the step evicts it (Eviction API, not a plain delete)
@@ -309,7 +309,7 @@ def test_two_prepares_racing_on_one_fresh_node_exactly_one_starts(core_v1, kubec
     def prepare():
         results.append(upgrade(kubeconfig, node, "prepare", target_version="550.90.07", policy=policy))
 
-    threads = [threading.Thread(target=prepare) for _ in range(2)]
+    threads = [threading.Thread(target=prepare) for _i in range(2)]
     for t in threads:
         t.start()
     for t in threads:

@@ -118,7 +118,7 @@ def test_deterministic_answers_end_the_step_after_one_call(status, message):
 
 def test_refusal_stops_other_evictions_and_reports_what_was_done():
     pods = [pod("a-first"), pod("b-refused"), pod("c-untouched")]
-    core, _, exc = run_evict({"b-refused": [api_error(500, drain.MULTIPLE_PDBS_MESSAGE)]}, pods=pods)
+    core, _calls, exc = run_evict({"b-refused": [api_error(500, drain.MULTIPLE_PDBS_MESSAGE)]}, pods=pods)
     assert exc.kind == "refused" and exc.pod == "default/b-refused"
     assert exc.removed == ["default/a-first"]
     assert exc.remaining == ["default/b-refused", "default/c-untouched"]
@@ -127,7 +127,7 @@ def test_refusal_stops_other_evictions_and_reports_what_was_done():
 
 def test_refusal_after_pdb_refusals_of_another_pod_is_not_a_timeout():
     pods = [pod("a-pdb"), pod("b-forbidden")]
-    core, _, exc = run_evict(
+    core, _calls, exc = run_evict(
         {"a-pdb": [api_error(429, PDB_MSG)], "b-forbidden": [api_error(403, VAP_MSG)]}, pods=pods, deadline=600
     )
     assert exc.kind == "refused" and exc.status == 403 and core.count("b-forbidden") == 1
@@ -163,12 +163,12 @@ def test_transient_errors_until_the_deadline():
 
 
 def test_transport_error_until_the_deadline_has_no_status():
-    _, _, exc = run_evict({"trainer-1": [conn_refused()]}, deadline=5)
+    _core, _calls, exc = run_evict({"trainer-1": [conn_refused()]}, deadline=5)
     assert exc.kind == "unavailable" and exc.status is None and "Connection refused" in exc.server_message
 
 
 def test_transient_errors_with_no_deadline_keep_retrying():
-    core, _, result = run_evict({"trainer-1": [conn_refused()] * 30 + [None]})
+    core, _calls, result = run_evict({"trainer-1": [conn_refused()] * 30 + [None]})
     assert result == ["default/trainer-1"] and core.count("trainer-1") == 31
 
 
@@ -194,13 +194,13 @@ def test_pdb_refusals_with_no_deadline_wait_for_the_budget():
 # --- done without an eviction ---
 @pytest.mark.parametrize("status", [404, 409])
 def test_gone_or_replaced_counts_as_done(status):
-    core, _, result = run_evict({"db-0": [api_error(status, "gone or replaced")], "web-1": [None]})
+    core, _calls, result = run_evict({"db-0": [api_error(status, "gone or replaced")], "web-1": [None]})
     assert result == ["default/db-0", "default/web-1"] and core.count("db-0") == 1
 
 
 def test_terminating_pod_is_not_evicted_but_returned_for_the_wait():
     pods = [pod("going", deleting=True), pod("web-1")]
-    core, _, result = run_evict({"going": [api_error(403, "must not be called")], "web-1": [None]}, pods=pods)
+    core, _calls, result = run_evict({"going": [api_error(403, "must not be called")], "web-1": [None]}, pods=pods)
     assert core.count("going") == 0
     assert result == ["default/going", "default/web-1"]
 
@@ -273,7 +273,7 @@ def test_probe_evictions_reports_only_structural_refusals():
         "default/two-pdbs": drain.MULTIPLE_PDBS_MESSAGE + " (HTTP 500)",
         "default/frozen": VAP_MSG + " (HTTP 403)",
     }
-    assert all(kw == {"dry_run": "All"} for _, _, kw in core.calls)
+    assert all(kw == {"dry_run": "All"} for _name, _ns, kw in core.calls)
     assert core.count("going") == 0 and core.count("flaky") == 2
 
 
@@ -394,7 +394,7 @@ def test_same_name_recreated_without_node_counts_as_gone(one_shot_waits):
 
 
 def test_same_name_on_another_node_or_with_another_uid_on_this_node_counts_as_gone(one_shot_waits):
-    before, _ = recreated_fixture()
+    before, _after = recreated_fixture()
     elsewhere = dict(before, spec={"nodeName": "node-b"})
     again_here = dict(before, metadata=dict(before["metadata"], uid="new-uid"))
     uids = {before["metadata"]["uid"]}

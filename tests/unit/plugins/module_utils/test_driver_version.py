@@ -61,16 +61,16 @@ DIFFERENT = [
 ]
 
 
-@pytest.mark.parametrize("a,b", SAME)
-def test_same_driver_version(a, b):
-    assert same_driver_version(a, b) is True
-    assert same_driver_version(b, a) is True  # symmetric
+@pytest.mark.parametrize("left,right", SAME)
+def test_same_driver_version(left, right):
+    assert same_driver_version(left, right) is True
+    assert same_driver_version(right, left) is True  # symmetric
 
 
-@pytest.mark.parametrize("a,b", DIFFERENT)
-def test_different_driver_version(a, b):
-    assert same_driver_version(a, b) is False
-    assert same_driver_version(b, a) is False
+@pytest.mark.parametrize("left,right", DIFFERENT)
+def test_different_driver_version(left, right):
+    assert same_driver_version(left, right) is False
+    assert same_driver_version(right, left) is False
 
 
 def test_every_comparison_uses_the_one_rule():

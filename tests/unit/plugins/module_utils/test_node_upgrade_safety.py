@@ -121,7 +121,7 @@ def test_concurrent_admissions_never_exceed_max_unavailable():
     leases = FakeLeases()
     policy = parse_policy({"maxUnavailable": "25%", "maxParallelUpgrades": 4})
     slots = admission.Slots(leases, NV)
-    records = [slots.read() for _ in range(4)]  # everyone read the empty record first
+    records = [slots.read() for _i in range(4)]  # everyone read the empty record first
     nodes = json.loads(c.list_node(label_selector="nvidia.com/gpu.present=true").data)["items"]
     wins = []
     for i, record in enumerate(records):
