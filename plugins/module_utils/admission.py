@@ -24,9 +24,16 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
 from ansible_collections.npuops.fleet.plugins.module_utils import k8s_retry, k8s_wait
-from ansible_collections.npuops.fleet.plugins.module_utils.node_record import node_ready
+from ansible_collections.npuops.fleet.plugins.module_utils.node_record import (
+    LAST_TRANSITION,
+    get_json_annotation,
+    node_ready,
+)
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade_policy import max_unavailable_count
-from ansible_collections.npuops.fleet.plugins.module_utils.upgrade_state_machine import ADMITTED_STATES
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade_state_machine import (
+    IN_PROGRESS_STATES,
+    UPGRADE_REQUIRED,
+)
 
 SLOTS_ANNOTATION = "npuops.io/admitted-nodes"
 # Seconds an entry stays valid: far longer than the two API calls between claiming a slot and
@@ -47,12 +54,21 @@ def _name(node: Mapping[str, Any]) -> str:
     return node["metadata"]["name"]
 
 
-def _taken(node: Mapping[str, Any], state_label: str) -> bool:
-    return (node["metadata"].get("labels") or {}).get(state_label) in ADMITTED_STATES
+def _taken(node: Mapping[str, Any], profile: Mapping[str, Any]) -> bool:
+    """Admitted and not finished. A bare upgrade-required label (an admin's or an operator's request)
+    is a request, not an admission: it counts only when an upgrade run wrote it (last-transition), and
+    not once the node carries the skip label (prepare will leave it alone)."""
+    labels = node["metadata"].get("labels") or {}
+    state = labels.get(profile["upgrade_state_label"])
+    if state in IN_PROGRESS_STATES:
+        return True
+    if state != UPGRADE_REQUIRED or labels.get(profile["upgrade_skip_label"]) == "true":
+        return False
+    return (get_json_annotation(profile, node, LAST_TRANSITION) or {}).get("to") == UPGRADE_REQUIRED
 
 
-def _unavailable(node: Mapping[str, Any], state_label: str) -> bool:
-    return bool((node.get("spec") or {}).get("unschedulable")) or not node_ready(node) or _taken(node, state_label)
+def _unavailable(node: Mapping[str, Any], profile: Mapping[str, Any]) -> bool:
+    return bool((node.get("spec") or {}).get("unschedulable")) or not node_ready(node) or _taken(node, profile)
 
 
 def verdict(
@@ -67,13 +83,10 @@ def verdict(
     ``nodes``: the vendor's Node dicts; ``admitted_elsewhere``: nodes holding a live slot entry of
     another run (admitted, label maybe not written yet) — they count as unavailable and in progress.
     """
-    state_label = profile["upgrade_state_label"]
     others = [n for n in nodes if _name(n) != node_name]
     me = [n for n in nodes if _name(n) == node_name]
-    unavailable = sorted(
-        _name(n) for n in others if _unavailable(n, state_label) or _name(n) in admitted_elsewhere
-    )
-    self_unavailable = bool(me) and _unavailable(me[0], state_label)
+    unavailable = sorted(_name(n) for n in others if _unavailable(n, profile) or _name(n) in admitted_elsewhere)
+    self_unavailable = bool(me) and _unavailable(me[0], profile)
     limit = max_unavailable_count(policy.max_unavailable, len(nodes) or 1)
     if len(unavailable) + (0 if self_unavailable else 1) > limit:
         return "maxUnavailable %s (= %d of %d %s nodes) reached: unavailable now: %s" % (
@@ -84,7 +97,7 @@ def verdict(
             ", ".join(unavailable),
         )
     if policy.max_parallel_upgrades:
-        busy = sorted(_name(n) for n in others if _taken(n, state_label) or _name(n) in admitted_elsewhere)
+        busy = sorted(_name(n) for n in others if _taken(n, profile) or _name(n) in admitted_elsewhere)
         if len(busy) >= policy.max_parallel_upgrades:
             return "maxParallelUpgrades %d reached: upgrading now: %s" % (policy.max_parallel_upgrades, ", ".join(busy))
     return None
@@ -204,8 +217,10 @@ def wait_admission(
         live = slots.live(record, {_name(n) for n in nodes} | {node_name})
         mine = live.get(node_name)
         if mine and mine.get("token") != token:
+            left = SLOT_GRACE - (slots.clock() - float(mine.get("since") or 0))
             raise AdmissionConflict(
-                "another run (%s) is starting an upgrade of node %s right now" % (mine.get("holder", "?"), node_name)
+                "another run (%s) is starting an upgrade of node %s right now (or it was killed: its claim in "
+                "Lease %s/%s expires in %ds)" % (mine.get("holder", "?"), node_name, slots.namespace, slots.name, left)
             )
         why = verdict(profile, policy, node_name, nodes, set(live) - {node_name})
         if why is None:
@@ -217,6 +232,8 @@ def wait_admission(
             }
             if slots.write(record, claimed):
                 return None
+            if end is not None and clock() >= end:
+                return "the admission record kept changing under concurrent runs"
             continue  # someone wrote in between: decide again on fresh data
         if end is not None and clock() >= end:
             return why

@@ -217,8 +217,12 @@ def classify_eviction_error(exc: BaseException) -> str:
     """
     status = getattr(exc, "status", None)
     if isinstance(exc, ApiException) and status:
-        if status in (404, 409):
+        if status == 404:
             return OUTCOME_DONE
+        if status == 409:
+            # The uid precondition failed: the name now belongs to a replacement pod. Any other 409
+            # (the apiserver ran out of retries on a PDB update conflict) says nothing was evicted.
+            return OUTCOME_DONE if "precondition" in _reason(exc).lower() else OUTCOME_RETRY
         if status == 429:
             return OUTCOME_PDB
         if status == 500 and _MULTIPLE_PDBS_MARK in _reason(exc):
@@ -380,39 +384,12 @@ def probe_evictions(
                 continue
             if not isinstance(exc, ApiException):
                 raise
+            if exc.status == 400 and "dry" in _reason(exc).lower():
+                # A webhook with side effects refuses every dry run: that says nothing about the real
+                # eviction, so the probe cannot tell; the real step will.
+                continue
             refused[ref] = "%s (HTTP %s)" % (_reason(exc), exc.status)
     return refused
-
-
-def delete(core: Any, pods: list[Mapping[str, Any]], deadline: Optional[float]) -> list[str]:
-    """Delete ``pods`` (the pod-deletion step: no PDB involved, as in the operators)."""
-    done = []
-    for pod in pods:
-        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-        try:
-            k8s_retry.call(
-                core.delete_namespaced_pod,
-                name,
-                ns,
-                body={"preconditions": {"uid": pod["metadata"].get("uid")}},
-                deadline=deadline,
-                _preload_content=False,
-            )
-        except ApiException as exc:
-            if exc.status not in (404, 409):
-                message = _reason(exc)
-                raise DrainError(
-                    "deletion of pod %s failed: %s" % (pod_ref(pod), message),
-                    removed=done,
-                    remaining=[pod_ref(p) for p in pods if pod_ref(p) not in done],
-                    kind=KIND_UNAVAILABLE if k8s_retry.is_transient(exc) else KIND_REFUSED,
-                    pod=pod_ref(pod),
-                    status=exc.status or None,
-                    server_message=message,
-                )
-        done.append(pod_ref(pod))
-    return done
-
 
 def why_left(pod: Mapping[str, Any]) -> str:
     """Why a pod is still on its node, for messages: "terminating, deletionTimestamp <RFC 3339>, grace

@@ -21,6 +21,7 @@ from ansible_collections.npuops.fleet.plugins.module_utils import (
     drain,
     eviction_rules,
     node_record,
+    operands,
     upgrade_validation,
 )
 from ansible_collections.npuops.fleet.plugins.module_utils import upgrade_state_machine as sm
@@ -128,12 +129,18 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
         labels: Optional[dict] = None,
         annotations: Optional[dict] = None,
         warning: bool = False,
+        uncordon: bool = False,
     ) -> None:
+        """Move the state label to ``to`` with the reason (annotation + Event), together with ``labels`` /
+        ``annotations`` changes (None removes) and, with ``uncordon``, spec.unschedulable=false: one
+        JSON patch, so an abort's restore happens only if this run still owns the node."""
         rec = sm.transition_record(self.state, to, reason, node_record.now_iso())
         self.result["transitions"].append(rec)
         if not self.check:
-            anns = dict(annotations or {}, **{self._ann(node_record.LAST_TRANSITION): json.dumps(rec)})
-            self._patch_transition(node_record.transition_ops, self.profile["upgrade_state_label"], to, anns, labels)
+            # The run id lets a retry recognise its own write when the first response was lost.
+            record = json.dumps(dict(rec, run=self.token))
+            anns = dict(annotations or {}, **{self._ann(node_record.LAST_TRANSITION): record})
+            self._patch_transition(self.profile["upgrade_state_label"], to, anns, labels, uncordon)
             if self._labels().get(self.profile["upgrade_state_label"]) != to:
                 raise UpgradeFailed("node %s: state label did not change to %s" % (self.name, to))
             err = node_record.create_event(
@@ -148,13 +155,18 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
             self.changed = True
         self.state = to
 
-    def _patch_transition(self, make_ops: Any, state_label: str, to: str, anns: dict, labels: Optional[dict]) -> None:
+    def _patch_transition(
+        self, state_label: str, to: str, anns: dict, labels: Optional[dict], uncordon: bool = False
+    ) -> None:
         """Apply a transition guarded by the node's resourceVersion and state label. When the guard
-        fails, re-read: the state and last transition this run knows mean someone else's unrelated
-        write (a heartbeat, a label), so try again; anything else is another run's move."""
+        fails, re-read: our own record there means the first response was lost (done); the state and
+        last transition this run knows mean someone else's unrelated write (a heartbeat, a label), so
+        try again; anything else is another run's move (UpgradeConflict, nothing written)."""
         last_key = self._ann(node_record.LAST_TRANSITION)
         for _attempt in range(8):
-            ops = make_ops(self.node, state_label, self.state, to, anns, labels)
+            ops = node_record.transition_ops(self.node, state_label, self.state, to, anns, labels)
+            if uncordon:
+                ops.append({"op": "add", "path": "/spec/unschedulable", "value": False})
             try:
                 self.node = node_record.patch_node(self.core, self.name, ops)
                 self.last_transition_seen = node_record.annotations(self.node).get(last_key)
@@ -163,9 +175,12 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
                 if getattr(exc, "status", None) not in (409, 422):
                     raise
                 fresh = node_record.read_node(self.core, self.name)
+                seen = node_record.annotations(fresh).get(last_key)
                 now = node_record.labels(fresh).get(state_label) or ""
-                moved = node_record.annotations(fresh).get(last_key) != self.last_transition_seen
-                if now != (self.state or "") or moved:
+                if seen == anns[last_key] and now == to:
+                    self.node, self.last_transition_seen = fresh, seen
+                    return
+                if now != (self.state or "") or seen != self.last_transition_seen:
                     raise UpgradeConflict(
                         "node %s: state label changed from %s to %s meanwhile (another run or an admin is working "
                         "on this node); this run changed nothing more"
@@ -283,11 +298,12 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
                 raise
             except Exception as exc:  # noqa: BLE001
                 self._fail_after_host_work("refusing to reboot: %s" % self._describe(exc))
-            self._transition(
-                sm.REBOOT_REQUIRED,
-                "%s; %s" % (reason or "host reboot planned", why),
-                annotations={self._ann(node_record.BOOT_ID_BEFORE): node_record.boot_id(self.node) or None},
-            )
+            if self.state == sm.POD_RESTART_REQUIRED:
+                self._transition(
+                    sm.REBOOT_REQUIRED,
+                    "%s; %s" % (reason or "host reboot planned", why),
+                    annotations={self._ann(node_record.BOOT_ID_BEFORE): node_record.boot_id(self.node) or None},
+                )
         self.result["message"] = "node %s is in %s" % (self.name, self.state)
 
     # ---- failure paths and messages -----------------------------------------------------------------
@@ -311,19 +327,29 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
         return "%s: %s" % (type(exc).__name__, exc)
 
     def _abort(self, reason: str) -> None:
-        """Failure before any host change: operands and schedulability back as recorded, upgrade-failed."""
-        restored = self._restore_operands()
+        """Failure before any host change: upgrade-failed, and in the same guarded patch the operand
+        labels and schedulability put back as recorded and the bookkeeping dropped (the device baseline
+        too: the host was not touched). A run that lost the node to another run undoes nothing."""
+        before = node_record.get_json_annotation(self.profile, self.node, node_record.OPERAND_LABELS_BEFORE)
+        labels = operands.restore_plan(self._labels(), before) if before is not None else {}
+        recorded = node_record.get_annotation(self.profile, self.node, node_record.UNSCHEDULABLE_BEFORE)
+        uncordon = recorded == "false" and cordon.is_cordoned(self.node)
         annotations = {
-            self._ann(node_record.OPERAND_LABELS_BEFORE): None,
-            self._ann(node_record.OPERAND_DAEMONSETS): None,
+            self._ann(s): None
+            for s in (
+                node_record.OPERAND_LABELS_BEFORE,
+                node_record.OPERAND_DAEMONSETS,
+                node_record.UNSCHEDULABLE_BEFORE,
+                node_record.DEVICES_BEFORE,
+            )
         }
-        if not self.check:
-            self.node = node_record.patch_node(self.core, self.name, {"metadata": {"annotations": annotations}})
-        self.node, uncordoned = cordon.restore(self.core, self.profile, self.node, self.check)
-        note = "schedulability restored (%s)" % ("uncordoned" if uncordoned else "left as it was before the upgrade")
-        if restored:
+        note = "schedulability restored (%s)" % ("uncordoned" if uncordon else "left as it was before the upgrade")
+        if labels:
             note += "; operand labels restored"
-        self._transition(sm.UPGRADE_FAILED, "%s; %s" % (reason, note), warning=True)
+        self._transition(
+            sm.UPGRADE_FAILED, "%s; %s" % (reason, note), labels=labels, annotations=annotations, warning=True,
+            uncordon=uncordon,
+        )
         raise UpgradeFailed("node %s: %s; %s" % (self.name, reason, note))
 
     def _fail_after_host_work(self, reason: str) -> None:

@@ -30,7 +30,11 @@ class PodRemovalSteps:
         plan = eviction_rules.plan_drain(pods, drain_policy, self.profile["drain_skip_label"])
         if self.reboot_planned:
             # A drain-skip label keeps a pod through a drain, not through a reboot: it blocks.
-            kept = plan.ignored.pop("labelled %s=true" % self.profile["drain_skip_label"], [])
+            finished = {eviction_rules.pod_ref(p) for p in pods if eviction_rules.is_finished(p)}
+            kept = [
+                r for r in plan.ignored.pop("labelled %s=true" % self.profile["drain_skip_label"], [])
+                if r not in finished
+            ]
             if kept:
                 plan.blockers.setdefault(
                     "pods labelled %s=true (a reboot would kill them)" % self.profile["drain_skip_label"], []
@@ -118,6 +122,9 @@ class PodRemovalSteps:
         if self.check:
             self.result["would_evict"].extend(sorted(plan.remove))
             self.result["refused_evictions"].update(self._structural_refusals(victims))
+            # These pods are evicted, so a PDB at 0 blocks this step too: the preflight must see it.
+            pdbs = drain.blocking_pdbs(self.policy_api, victims)
+            self.result["blocking_pdbs"].extend(p["detail"] for p in pdbs)
             self.result["waited_for"].extend(sorted(plan.wait))
             return nxt, "would evict accelerator pods %s%s" % (
                 ", ".join(sorted(plan.remove)) or "none",
@@ -159,7 +166,7 @@ class PodRemovalSteps:
         by_ref = {eviction_rules.pod_ref(p): p for p in pods}
         victims = [by_ref[r] for r in sorted(plan.remove)]
         pdbs = drain.blocking_pdbs(self.policy_api, victims)
-        self.result["blocking_pdbs"] = [p["detail"] for p in pdbs]
+        self.result["blocking_pdbs"] = sorted(set(self.result["blocking_pdbs"]) | {p["detail"] for p in pdbs})
         if pdbs:
             self.warnings.append(
                 "PDBs allowing 0 disruptions now (evictions are retried until drain.timeoutSeconds=%s): %s"

@@ -8,6 +8,7 @@ through the abort path (operands and schedulability restored, upgrade-failed, an
 from __future__ import annotations
 
 import json
+import time
 from typing import Optional
 
 from ansible_collections.npuops.fleet.plugins.module_utils import (
@@ -59,6 +60,7 @@ class PrepareSteps:
     def _start(self) -> None:
         """Admission, then the first transition (upgrade-required), both safe against concurrent runs."""
         claimed = self._admit()
+        claimed_at = time.monotonic()
         try:
             why = "upgrade to driver %s requested (node has %s)" % (
                 self.target,
@@ -71,13 +73,25 @@ class PrepareSteps:
             recorded = node_record.get_annotation(self.profile, self.node, node_record.DEVICES_BEFORE)
             if self.baseline and self.baseline.get("device_count") is not None and not recorded:
                 annotations[self._ann(node_record.DEVICES_BEFORE)] = json.dumps(self.baseline, sort_keys=True)
+            if claimed and time.monotonic() - claimed_at > admission.SLOT_GRACE / 2:
+                # Other runs may already treat the claim as expired: deciding again is the only safe way.
+                raise UpgradeFailed(
+                    "node %s: admission claim older than %ds before the node could be labelled (slow API); "
+                    "nothing was changed, run prepare again" % (self.name, admission.SLOT_GRACE / 2)
+                )
             self._transition(sm.UPGRADE_REQUIRED, why, annotations=annotations)
         finally:
-            if claimed and self.slots is not None and not self.slots.release(self.name, self.token):
-                self.warnings.append(
-                    "could not remove the admission slot entry of node %s; it expires after %ds"
-                    % (self.name, admission.SLOT_GRACE)
-                )
+            if claimed and self.slots is not None:
+                try:
+                    released = self.slots.release(self.name, self.token)
+                except Exception as exc:  # noqa: BLE001 - never hide the outcome of the start itself
+                    released = False
+                    self.warnings.append("admission slot release failed: %s" % self._describe(exc))
+                if not released:
+                    self.warnings.append(
+                        "could not remove the admission slot entry of node %s; it expires after %ds"
+                        % (self.name, admission.SLOT_GRACE)
+                    )
 
     def _prepare_steps(self, entry: sm.Entry) -> None:
         if entry.action == "resume" and self.state not in (sm.UPGRADE_REQUIRED, sm.CORDON_REQUIRED):

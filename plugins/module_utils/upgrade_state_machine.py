@@ -39,9 +39,8 @@ HOST_WORK_STATES = (POD_RESTART_REQUIRED, REBOOT_REQUIRED)
 FINISH_STATES = (REBOOT_VALIDATION_REQUIRED, VALIDATION_REQUIRED, UNCORDON_REQUIRED)
 # A node in one of these is being upgraded (a resume, not a new start).
 IN_PROGRESS_STATES = PREPARE_STATES + HOST_WORK_STATES + FINISH_STATES
-# Admission counts these as taken (maxParallelUpgrades) and unavailable (maxUnavailable): from the
-# moment a node is admitted (upgrade-required) until it is uncordoned.
-ADMITTED_STATES = (UPGRADE_REQUIRED,) + IN_PROGRESS_STATES
+# Admission counts these as taken (maxParallelUpgrades) and unavailable (maxUnavailable), and
+# upgrade-required too when an upgrade run wrote it (admission.py): from admission to uncordon.
 
 
 class UpgradeFailed(RuntimeError):
@@ -121,10 +120,11 @@ def phase_entry(
             return Entry("resume")
         return Entry("noop", "prepare already completed; node is in %s" % state)
     if phase == "reboot":
-        if state == POD_RESTART_REQUIRED:
+        # From reboot-required too (a run killed before its reboot): the drain is checked again.
+        if state in (POD_RESTART_REQUIRED, REBOOT_REQUIRED):
             return Entry("resume")
-        if state in (REBOOT_REQUIRED, REBOOT_VALIDATION_REQUIRED):
-            return Entry("noop", "reboot already marked")
+        if state == REBOOT_VALIDATION_REQUIRED:
+            return Entry("noop", "reboot already done, being validated")
         return Entry(
             "error", "reboot needs a node in %s (run prepare first); node is in %r" % (POD_RESTART_REQUIRED, state)
         )

@@ -444,6 +444,7 @@ def test_incident_audit_flags_then_window_fixes_and_ip_vs_loads(
         name,
         "driver_upgrade_target_version=580.159.03",
         "driver_upgrade_kube_proxy_mode=ipvs",
+        {"driver_upgrade_policy": {}},  # the charts' defaults: drain.enable false, reboot.enable false
     )
     assert rc == 0, out[-6000:]
     s, hosts = summary(report_dir)

@@ -501,6 +501,7 @@ def test_rbac_role_is_what_the_module_needs():
     verbs = {(r["apiGroups"][0], res): set(r["verbs"]) for r in role["rules"] for res in r["resources"]}
     assert verbs[("", "pods/eviction")] == {"create"}
     assert "delete" not in verbs[("", "nodes")] and "update" not in verbs[("", "nodes")]
+    assert "delete" not in verbs[("", "pods")]  # pods leave only through the Eviction API
     assert verbs[("policy", "poddisruptionbudgets")] == {"list"}
 
 

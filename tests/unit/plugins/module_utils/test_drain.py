@@ -192,10 +192,22 @@ def test_pdb_refusals_with_no_deadline_wait_for_the_budget():
 
 
 # --- done without an eviction ---
-@pytest.mark.parametrize("status", [404, 409])
-def test_gone_or_replaced_counts_as_done(status):
-    core, _calls, result = run_evict({"db-0": [api_error(status, "gone or replaced")], "web-1": [None]})
+UID_PRECONDITION = "Precondition failed: UID in precondition: uid-db-0, UID in object meta: uid-db-0-new"
+
+@pytest.mark.parametrize(
+    "status,message",
+    [(404, 'pods "db-0" not found'), (409, UID_PRECONDITION)],
+)
+def test_gone_or_replaced_counts_as_done(status, message):
+    core, _calls, result = run_evict({"db-0": [api_error(status, message)], "web-1": [None]})
     assert result == ["default/db-0", "default/web-1"] and core.count("db-0") == 1
+
+
+def test_a_conflict_that_is_not_the_uid_precondition_is_retried():
+    """eviction.go answers 409 when its own retries on a PDB update conflict run out: nothing was evicted."""
+    msg = 'Operation cannot be fulfilled on poddisruptionbudgets.policy "web": the object has been modified'
+    core, _calls, result = run_evict({"db-0": [api_error(409, msg), None]})
+    assert result == ["default/db-0"] and core.count("db-0") == 2
 
 
 def test_terminating_pod_is_not_evicted_but_returned_for_the_wait():
@@ -227,7 +239,8 @@ def test_programming_errors_are_not_wrapped():
     "exc,outcome",
     [
         (api_error(404), drain.OUTCOME_DONE),
-        (api_error(409), drain.OUTCOME_DONE),
+        (api_error(409, UID_PRECONDITION), drain.OUTCOME_DONE),
+        (api_error(409, "the object has been modified"), drain.OUTCOME_RETRY),
         (api_error(429, PDB_MSG), drain.OUTCOME_PDB),
         (api_error(500, "etcdserver: leader changed"), drain.OUTCOME_RETRY),
         (api_error(500, drain.MULTIPLE_PDBS_MESSAGE), drain.OUTCOME_REFUSED),

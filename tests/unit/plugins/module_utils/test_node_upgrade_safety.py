@@ -147,6 +147,7 @@ def test_upgrade_required_counts_as_taken_and_slot_is_released_after_start():
     c = cluster()
     leases = FakeLeases()
     c.nodes["n2"]["metadata"]["labels"][STATE] = "upgrade-required"
+    c.nodes["n2"]["metadata"]["annotations"][ANN + "last-transition"] = json.dumps({"to": "upgrade-required"})
     policy = {"maxParallelUpgrades": 1, "maxUnavailable": "100%"}
     with pytest.raises(UpgradeFailed, match="maxParallelUpgrades 1 reached: upgrading now: n2"):
         upgrade(c, policy=policy, leases=leases, admission_timeout=0.01).run("prepare")
@@ -329,3 +330,62 @@ def test_upgrade_required_written_by_a_run_is_resumed_not_started_again():
     assert sm.phase_entry("prepare", "upgrade-required", False, False, admitted=True).action == "resume"
     # an admin's label (operator style) is a request: admission applies
     assert sm.phase_entry("prepare", "upgrade-required", False, False, admitted=False).action == "start"
+
+
+def test_requested_upgrade_required_labels_are_requests_not_admissions():
+    """Operator style: an admin labels three of eight nodes upgrade-required. With maxUnavailable 25%
+    (= 2) the requests do not count as taken: two are admitted, the third waits; nobody deadlocks."""
+    c = cluster(n=8)
+    for name in ("n1", "n2", "n3"):
+        c.nodes[name]["metadata"]["labels"][STATE] = "upgrade-required"
+    leases = FakeLeases()
+    policy = {"maxUnavailable": "25%", "maxParallelUpgrades": 0}
+    assert upgrade(c, "n1", policy=policy, leases=leases).run("prepare")["state"] == "pod-restart-required"
+    assert upgrade(c, "n2", policy=policy, leases=leases).run("prepare")["state"] == "pod-restart-required"
+    with pytest.raises(UpgradeFailed, match="2 of 8 nvidia nodes\\) reached: unavailable now: n1, n2"):
+        upgrade(c, "n3", policy=policy, leases=leases, admission_timeout=0.01).run("prepare")
+    assert not c.nodes["n3"]["spec"].get("unschedulable")
+
+
+def test_skip_labelled_admitted_node_does_not_hold_a_slot():
+    c = cluster()
+    leases = FakeLeases()
+    c.nodes["n2"]["metadata"]["labels"].update({STATE: "upgrade-required", NV["upgrade_skip_label"]: "true"})
+    c.nodes["n2"]["metadata"]["annotations"][ANN + "last-transition"] = json.dumps({"to": "upgrade-required"})
+    res = upgrade(c, policy={"maxParallelUpgrades": 1, "maxUnavailable": "100%"}, leases=leases).run("prepare")
+    assert res["state"] == "pod-restart-required"
+
+
+def test_a_losing_runs_abort_undoes_nothing():
+    """Run B resumed a node run A is driving; B's drain fails, but A moved the node on meanwhile: B's
+    abort is one guarded patch, so it fails as a conflict and A's cordon and operand pause stay."""
+    c = cluster()
+    upgrade(c).run("prepare")  # run A: pod-restart-required, cordoned, operands paused
+    b = upgrade(c)
+    b.run("status")
+    b.state = "drain-required"  # what B read before A moved on
+    node_before = json.loads(json.dumps(c.nodes["n1"]))
+    with pytest.raises(UpgradeConflict):
+        b._abort("drain blocked")
+    assert c.nodes["n1"]["spec"]["unschedulable"] is True
+    assert c.nodes["n1"]["metadata"]["labels"][DP] == "paused-for-driver-upgrade"
+    assert c.nodes["n1"]["metadata"]["labels"][STATE] == node_before["metadata"]["labels"][STATE]
+
+
+def test_a_lost_response_to_our_own_transition_counts_as_done():
+    c = cluster()
+    up = upgrade(c)
+    up.run("status")
+    real_patch = c.patch_node
+    calls = {"n": 0}
+
+    def lose_first_response(name, body, _preload_content=True):
+        calls["n"] += 1
+        resp = real_patch(name, body)
+        if calls["n"] == 1:  # committed, but the client saw a 504; the retry's test op then fails (422)
+            raise ApiException(status=422, reason="test failed")
+        return resp
+
+    c.patch_node = lose_first_response
+    up._transition("upgrade-required", "start")
+    assert c.nodes["n1"]["metadata"]["labels"][STATE] == "upgrade-required" and up.state == "upgrade-required"
