@@ -219,6 +219,12 @@ api_requests:
   returned: always
   type: dict
 message: {description: What happened., returned: always, type: str}
+conflict:
+  description:
+    - On failure - true when another run (or an admin) moved the node meanwhile; this call then changed
+      nothing more and undid nothing, and the caller must not mark the node failed.
+  returned: on failure
+  type: bool
 """
 
 import re  # noqa: E402
@@ -277,7 +283,11 @@ def main():
     if not HAS_KUBERNETES:
         module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
 
-    from ansible_collections.npuops.fleet.plugins.module_utils.node_upgrade import NodeUpgrade, UpgradeFailed
+    from ansible_collections.npuops.fleet.plugins.module_utils.node_upgrade import (
+        NodeUpgrade,
+        UpgradeConflict,
+        UpgradeFailed,
+    )
 
     p = module.params
     try:
@@ -325,6 +335,7 @@ def main():
         result = upgrade.run(p["phase"], p["reason"])
     except UpgradeFailed as exc:
         result = dict(upgrade.result, api_requests=counts, changed=upgrade.changed, kube_auth=kube_auth)
+        result["conflict"] = isinstance(exc, UpgradeConflict)
         result.pop("message", None)
         for warning in upgrade.warnings:
             module.warn(warning)
