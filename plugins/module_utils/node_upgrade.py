@@ -244,7 +244,12 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
             )
             if entry.action == "error":
                 raise UpgradeFailed("node %s: %s" % (self.name, entry.message))
-            getattr(self, "_phase_" + phase)(entry, reason)
+            if entry.action == "noop" and phase in ("prepare", "finish"):
+                self.result["message"] = entry.message
+            elif entry.action == "done_without_disruption":
+                self._done_without_disruption()
+            else:
+                getattr(self, "_phase_" + phase)(entry, reason)
         except UpgradeFailed as exc:
             self.result["message"] = str(exc)
             self._finish_result()

@@ -17,12 +17,6 @@ class FinishSteps:
     """Mixin of NodeUpgrade (uses its node, policy, profile and transition helpers)."""
 
     def _phase_finish(self, entry: sm.Entry, reason: Optional[str]) -> None:
-        if entry.action == "noop":
-            self.result["message"] = entry.message
-            return
-        if entry.action == "done_without_disruption":
-            self._done_without_disruption()
-            return
         deadline = self._deadline(self.validation_timeout)
         while self.state != sm.UPGRADE_DONE:
             if self.state == sm.REBOOT_REQUIRED:

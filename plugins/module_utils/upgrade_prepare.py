@@ -28,12 +28,6 @@ class PrepareSteps:
     """Mixin of NodeUpgrade (uses its node, policy, profile and transition helpers)."""
 
     def _phase_prepare(self, entry: sm.Entry, reason: Optional[str]) -> None:
-        if entry.action == "noop":
-            self.result["message"] = entry.message
-            return
-        if entry.action == "done_without_disruption":
-            self._done_without_disruption()
-            return
         if entry.action == "start":
             if not self.target:
                 raise UpgradeFailed("node %s: target_version is required to start an upgrade" % self.name)

@@ -22,6 +22,7 @@ import uuid
 
 import pytest
 from kubernetes import client, config
+from labhelpers import create_kwok_nodes, delete_nodes, gone, wait
 
 from ansible_collections.npuops.fleet.plugins.module_utils import drain
 
@@ -30,24 +31,6 @@ pytestmark = pytest.mark.lab
 NS = "gpu-drv"
 TAINT = "lab.npuops.io/it-evict"
 QUICK = 10  # seconds: "at once" (one call, no retry) with room for a slow CI apiserver
-
-
-def wait(what, fn, timeout=60, poll=0.3):
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        value = fn()
-        if value:
-            return value
-        time.sleep(poll)
-    raise AssertionError("timed out after %ss: %s" % (timeout, what))
-
-
-def gone(fn, *args):
-    try:
-        fn(*args)
-    except client.ApiException as exc:
-        if exc.status != 404:
-            raise
 
 
 @contextlib.contextmanager
@@ -107,35 +90,21 @@ def lab(lab_kubeconfig):
 
 @pytest.fixture(scope="module")
 def evict_node(lab):
-    """A kwok node of this module's own, Ready, tainted NoSchedule; deleted at teardown."""
+    """A kwok node of this module's own, Ready, tainted NoSchedule, without type=kwok (other tests'
+    scheduling and node lists stay as they are); deleted at teardown."""
     core = client.CoreV1Api(lab)
-    name = "it-evict-%s" % uuid.uuid4().hex[:6]
-    cap = {"cpu": "32", "memory": "256Gi", "pods": "110"}
-    core.create_node(
-        {
-            "metadata": {
-                "name": name,
-                "labels": {
-                    "kubernetes.io/hostname": name,
-                    "kubernetes.io/os": "linux",
-                    "lab.npuops.io/heartbeat": "on",
-                },
-                "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
-            },
-            "spec": {"taints": [{"key": TAINT, "value": "true", "effect": "NoSchedule"}]},
-            "status": {"capacity": cap, "allocatable": dict(cap)},
-        }
+    (name,) = create_kwok_nodes(
+        core,
+        "it-evict",
+        1,
+        labels={"kubernetes.io/os": "linux"},
+        taints=[{"key": TAINT, "value": "true", "effect": "NoSchedule"}],
+        kwok_type_label=False,
     )
     try:
-        wait(
-            "node %s Ready" % name,
-            lambda: any(
-                c.type == "Ready" and c.status == "True" for c in (core.read_node(name).status.conditions or [])
-            ),
-        )
         yield name
     finally:
-        gone(core.delete_node, name)
+        delete_nodes(core, [name])
 
 
 @pytest.fixture(scope="module")

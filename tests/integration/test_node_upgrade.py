@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_runner import COLLECTIONS, run_module
-from kubernetes import client
+from labhelpers import driver_labels, gone, wait
 from lablib import nodes as labnodes  # tests/lab on sys.path via conftest.py
 
 pytestmark = pytest.mark.lab
@@ -33,27 +33,8 @@ STATE = "nvidia.com/gpu-driver-upgrade-state"
 SKIP = "nvidia.com/gpu-driver-upgrade.skip"
 ANN_PREFIX = "nvidia.com/gpu-driver-upgrade-"
 ANN_PREFIXES = ("nvidia.com/gpu-driver-upgrade-", "rebellions.ai/npu-driver-upgrade-")
-DRIVER = ("nvidia.com/cuda.driver.major", "nvidia.com/cuda.driver.minor", "nvidia.com/cuda.driver.rev")
 DEVICE_PLUGIN = "nvidia.com/gpu.deploy.device-plugin"
 FAST_DRAIN = {"drain": {"enable": True, "timeoutSeconds": 10}, "maxUnavailable": "100%", "maxParallelUpgrades": 0}
-
-
-def wait(what, fn, timeout=60, poll=0.5):
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        value = fn()
-        if value:
-            return value
-        time.sleep(poll)
-    raise AssertionError("timed out after %ss: %s" % (timeout, what))
-
-
-def gone(fn, *args):
-    try:
-        fn(*args)
-    except client.ApiException as exc:
-        if exc.status != 404:
-            raise
 
 
 @pytest.fixture
@@ -61,10 +42,6 @@ def kubeconfig(sa_kubeconfig):
     """A ServiceAccount bound to exactly the shipped ClusterRole's rules."""
     rules = yaml.safe_load(ROLE_FILE.read_text())["rules"]
     return sa_kubeconfig(rules=rules)
-
-
-def driver_labels(version):
-    return dict(zip(DRIVER, version.split(".")))
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ import pytest
 import yaml
 from ansible_runner import run_module
 from kubernetes import client
+from labhelpers import create_kwok_nodes, delete_nodes, driver_labels, ready, wait
 
 pytestmark = pytest.mark.lab
 
@@ -29,7 +30,6 @@ PRESENT = "it.npuops.io/gpu.present"
 STATE = "nvidia.com/gpu-driver-upgrade-state"
 SKIP = "nvidia.com/gpu-driver-upgrade.skip"
 ANN = "nvidia.com/gpu-driver-upgrade-"
-DRIVER = ("nvidia.com/cuda.driver.major", "nvidia.com/cuda.driver.minor", "nvidia.com/cuda.driver.rev")
 TAKEN = {
     "upgrade-required",
     "cordon-required",
@@ -46,24 +46,6 @@ TAKEN = {
 PROFILE = {"presence_label": PRESENT}
 
 
-def wait(what, fn, timeout=60, poll=0.5):
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        value = fn()
-        if value:
-            return value
-        time.sleep(poll)
-    raise AssertionError("timed out after %ss: %s" % (timeout, what))
-
-
-def driver_labels(version):
-    return dict(zip(DRIVER, version.split(".")))
-
-
-def ready(node):
-    return any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
-
-
 @pytest.fixture
 def kubeconfig(sa_kubeconfig):
     return sa_kubeconfig(rules=yaml.safe_load(ROLE_FILE.read_text())["rules"])
@@ -75,38 +57,14 @@ def kwok_nodes(core_v1):
     made = []
 
     def make(n):
-        sfx = uuid.uuid4().hex[:5]
-        names = ["it-safe-%s-%d" % (sfx, i) for i in range(n)]
+        labels = {PRESENT: "true", "nvidia.com/gpu.deploy.device-plugin": "true", **driver_labels("535.183.06")}
         cap = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"}
-        for name in names:
-            labels = {
-                "kubernetes.io/hostname": name,
-                "type": "kwok",
-                "lab.npuops.io/heartbeat": "on",
-                PRESENT: "true",
-                "nvidia.com/gpu.deploy.device-plugin": "true",
-            }
-            labels.update(driver_labels("535.183.06"))
-            core_v1.create_node(
-                {
-                    "metadata": {"name": name, "labels": labels, "annotations": {"kwok.x-k8s.io/node": "fake"}},
-                    "status": {"capacity": cap, "allocatable": cap},
-                }
-            )
-            made.append(name)
-        wait("kwok nodes Ready", lambda: all(ready(core_v1.read_node(n)) for n in names))
+        names = create_kwok_nodes(core_v1, "it-safe", n, labels=labels, capacity=cap)
+        made.extend(names)
         return names
 
     yield make
-    for name in made:
-        for p in core_v1.list_pod_for_all_namespaces(field_selector="spec.nodeName=" + name).items:
-            if p.metadata.finalizers:
-                core_v1.patch_namespaced_pod(p.metadata.name, p.metadata.namespace, {"metadata": {"finalizers": None}})
-        try:
-            core_v1.delete_node(name)
-        except client.ApiException as exc:
-            if exc.status != 404:
-                raise
+    delete_nodes(core_v1, made)
 
 
 def upgrade(kubeconfig, node, phase, check=False, **kw):

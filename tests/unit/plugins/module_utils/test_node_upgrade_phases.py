@@ -6,9 +6,8 @@ import json
 
 import pytest
 from fake_k8s import FakeCluster, make_node
-from upgrade_pod_fixtures import EMPTYDIR, pod
+from upgrade_pod_fixtures import EMPTYDIR, gpu_labels, on, pod
 
-from ansible_collections.npuops.fleet.plugins.module_utils import k8s_wait
 from ansible_collections.npuops.fleet.plugins.module_utils.node_upgrade import NodeUpgrade, UpgradeFailed
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade_policy import parse_policy
 from ansible_collections.npuops.fleet.plugins.module_utils.vendor_profiles import resolve_profile
@@ -19,32 +18,7 @@ ANN = "nvidia.com/gpu-driver-upgrade-"
 DP = "nvidia.com/gpu.deploy.device-plugin"
 
 
-@pytest.fixture(autouse=True)
-def one_shot_waits(monkeypatch):
-    def wait_for(list_fn, predicate, timeout, **kw):
-        items = k8s_wait.list_raw(list_fn, **kw).get("items") or []
-        return k8s_wait.WaitResult(predicate(items), items, 0.0)
-
-    monkeypatch.setattr(k8s_wait, "wait_for", wait_for)
-
-
-def gpu_labels(version="535.183.06", **extra):
-    major, minor, rev = version.split(".")
-    labels = {
-        "nvidia.com/gpu.present": "true",
-        "nvidia.com/cuda.driver.major": major,
-        "nvidia.com/cuda.driver.minor": minor,
-        "nvidia.com/cuda.driver.rev": rev,
-        "nvidia.com/gpu.deploy.driver": "true",
-        DP: "true",
-    }
-    labels.update(extra)
-    return labels
-
-
-def on(node, p):
-    p["spec"]["nodeName"] = node
-    return p
+pytestmark = pytest.mark.usefixtures("one_shot_waits")
 
 
 def cluster(n1_cordoned=False, pods=(), pdbs=(), **labels):

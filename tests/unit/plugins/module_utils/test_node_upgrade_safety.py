@@ -10,9 +10,9 @@ import json
 import pytest
 from fake_k8s import FakeCluster, FakeLeases, make_node
 from kubernetes.client.rest import ApiException
-from upgrade_pod_fixtures import GPU, pod
+from upgrade_pod_fixtures import GPU, gpu_labels, on, pod
 
-from ansible_collections.npuops.fleet.plugins.module_utils import admission, k8s_wait
+from ansible_collections.npuops.fleet.plugins.module_utils import admission
 from ansible_collections.npuops.fleet.plugins.module_utils.node_upgrade import (
     NodeUpgrade,
     UpgradeConflict,
@@ -28,31 +28,7 @@ ANN = "nvidia.com/gpu-driver-upgrade-"
 DP = "nvidia.com/gpu.deploy.device-plugin"
 
 
-@pytest.fixture(autouse=True)
-def one_shot_waits(monkeypatch):
-    def wait_for(list_fn, predicate, timeout, **kw):
-        items = k8s_wait.list_raw(list_fn, **kw).get("items") or []
-        return k8s_wait.WaitResult(predicate(items), items, 0.0)
-
-    monkeypatch.setattr(k8s_wait, "wait_for", wait_for)
-
-
-def gpu_labels(version="535.183.06", **extra):
-    major, minor, rev = version.split(".")
-    labels = {
-        "nvidia.com/gpu.present": "true",
-        "nvidia.com/cuda.driver.major": major,
-        "nvidia.com/cuda.driver.minor": minor,
-        "nvidia.com/cuda.driver.rev": rev,
-        DP: "true",
-    }
-    labels.update(extra)
-    return labels
-
-
-def on(node, p):
-    p["spec"]["nodeName"] = node
-    return p
+pytestmark = pytest.mark.usefixtures("one_shot_waits")
 
 
 def cluster(n=4, pods=(), **n1_labels):

@@ -36,3 +36,27 @@ def pod(
 
 GPU = {"limits": {"nvidia.com/gpu": "1"}}
 EMPTYDIR = [{"name": "scratch", "emptyDir": {}}]
+
+
+DEVICE_PLUGIN = "nvidia.com/gpu.deploy.device-plugin"
+
+
+def gpu_labels(version: str = "535.183.06", **extra: str) -> dict[str, str]:
+    """Labels of an NVIDIA GPU node (presence, GFD driver version, two deploy labels) plus ``extra``."""
+    major, minor, rev = version.split(".")
+    labels = {
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/cuda.driver.major": major,
+        "nvidia.com/cuda.driver.minor": minor,
+        "nvidia.com/cuda.driver.rev": rev,
+        "nvidia.com/gpu.deploy.driver": "true",
+        DEVICE_PLUGIN: "true",
+    }
+    labels.update(extra)
+    return labels
+
+
+def on(node: str, p: dict[str, Any]) -> dict[str, Any]:
+    """The pod ``p`` scheduled on ``node``."""
+    p["spec"]["nodeName"] = node
+    return p

@@ -1,0 +1,83 @@
+"""Small helpers shared by the lab tests: polling waits, 404-tolerant deletes, node readiness, GFD
+driver labels, and throw-away kwok nodes (a test's own nodes keep other tests' counts untouched)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Callable, Optional
+
+from kubernetes import client
+
+DRIVER_LABELS = ("nvidia.com/cuda.driver.major", "nvidia.com/cuda.driver.minor", "nvidia.com/cuda.driver.rev")
+
+
+def wait(what: str, fn: Callable[[], Any], timeout: float = 60, poll: float = 0.5) -> Any:
+    """Poll ``fn`` until it returns something truthy (returned); AssertionError naming ``what`` after ``timeout`` s."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        value = fn()
+        if value:
+            return value
+        time.sleep(poll)
+    raise AssertionError("timed out after %ss: %s" % (timeout, what))
+
+
+def gone(fn: Callable[..., Any], *args: Any) -> None:
+    """Call a delete and accept 404 (already gone)."""
+    try:
+        fn(*args)
+    except client.ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+def ready(node: Any) -> bool:
+    """The Node (client model) has Ready=True."""
+    return any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
+
+
+def driver_labels(version: str) -> dict[str, str]:
+    """GPU Feature Discovery's labels for an NVIDIA driver version (550.90.07 -> 550 / 90 / 07)."""
+    return dict(zip(DRIVER_LABELS, version.split(".")))
+
+
+def create_kwok_nodes(
+    core_v1: Any,
+    prefix: str,
+    count: int,
+    labels: Optional[dict[str, str]] = None,
+    capacity: Optional[dict[str, str]] = None,
+    taints: Optional[list[dict[str, str]]] = None,
+    kwok_type_label: bool = True,
+) -> list[str]:
+    """Create ``count`` kwok-managed nodes ``<prefix>-<hex>-<i>`` and wait until they are Ready.
+
+    kwok runs (fakes) the pods of nodes annotated kwok.x-k8s.io/node=fake and labelled
+    lab.npuops.io/heartbeat=on (tests/lab/lablib/nodes.py). Delete them with :func:`delete_nodes`."""
+    sfx = uuid.uuid4().hex[:5]
+    names = ["%s-%s-%d" % (prefix, sfx, i) for i in range(count)]
+    cap = capacity or {"cpu": "32", "memory": "256Gi", "pods": "110"}
+    for name in names:
+        meta_labels = {"kubernetes.io/hostname": name, "lab.npuops.io/heartbeat": "on"}
+        if kwok_type_label:
+            meta_labels["type"] = "kwok"
+        meta_labels.update(labels or {})
+        body: dict[str, Any] = {
+            "metadata": {"name": name, "labels": meta_labels, "annotations": {"kwok.x-k8s.io/node": "fake"}},
+            "status": {"capacity": cap, "allocatable": cap},
+        }
+        if taints:
+            body["spec"] = {"taints": taints}
+        core_v1.create_node(body)
+    wait("kwok nodes %s Ready" % names, lambda: all(ready(core_v1.read_node(n)) for n in names))
+    return names
+
+
+def delete_nodes(core_v1: Any, names: list[str]) -> None:
+    """Delete the nodes, first releasing pods on them that a test's finalizer still holds."""
+    for name in names:
+        for p in core_v1.list_pod_for_all_namespaces(field_selector="spec.nodeName=" + name).items:
+            if p.metadata.finalizers:
+                core_v1.patch_namespaced_pod(p.metadata.name, p.metadata.namespace, {"metadata": {"finalizers": None}})
+        gone(core_v1.delete_node, name)

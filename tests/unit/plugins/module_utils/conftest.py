@@ -1,0 +1,19 @@
+"""Shared fixtures of the module_utils unit tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.npuops.fleet.plugins.module_utils import k8s_wait
+
+
+@pytest.fixture
+def one_shot_waits(monkeypatch):
+    """k8s_wait.wait_for evaluates its predicate once on a fresh list (the in-memory cluster has no
+    watch): a wait that is not satisfied now times out at once."""
+
+    def wait_for(list_fn, predicate, timeout, **kw):
+        items = k8s_wait.list_raw(list_fn, **kw).get("items") or []
+        return k8s_wait.WaitResult(predicate(items), items, 0.0)
+
+    monkeypatch.setattr(k8s_wait, "wait_for", wait_for)
