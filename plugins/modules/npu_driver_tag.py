@@ -261,17 +261,18 @@ def argument_spec():
 
 
 def read_node(module: AnsibleModule, name: str) -> tuple[dict, dict, dict]:
-    """GET the node: ``(labels, status.nodeInfo, kube_auth)``; fails the task on any error."""
-    import json
-
+    """GET the node (the collection's one node reader, with its transient-error retry):
+    ``(labels, status.nodeInfo, kube_auth)``; fails the task on any error."""
     from kubernetes import client as k8s
+
+    from ansible_collections.npuops.fleet.plugins.module_utils.node_record import read_node as get_node
 
     try:
         api_client, kube_auth = get_api_client_and_source(module.params)
     except K8sAuthError as exc:
         module.fail_json(msg=str(exc))
     try:
-        resp = k8s.CoreV1Api(api_client).read_node(name, _preload_content=False, _request_timeout=30)
+        data = get_node(k8s.CoreV1Api(api_client), name)
     except k8s.ApiException as exc:
         if exc.status == 404:
             module.fail_json(msg="node %s not found" % name, node=name, kube_auth=kube_auth)
@@ -280,7 +281,6 @@ def read_node(module: AnsibleModule, name: str) -> tuple[dict, dict, dict]:
     except Exception as exc:
         module.fail_json(msg="reading node %s failed: %s" % (name, exc), node=name, kube_auth=kube_auth,
                          exception=traceback.format_exc())
-    data = json.loads(resp.data)
     labels = (data.get("metadata") or {}).get("labels") or {}
     return labels, (data.get("status") or {}).get("nodeInfo") or {}, kube_auth
 

@@ -459,3 +459,29 @@ def test_incident_audit_flags_then_window_fixes_and_ip_vs_loads(
     assert "ip_vs" in hx(name, "lsmod").stdout.split()
     assert hx(name, "nvidia-smi --query-gpu=driver_version --format=csv,noheader").stdout.split()[0] == "580.159.03"
     assert not node(core_v1, name).spec.unschedulable
+
+
+def test_retry_after_a_lost_gpu_compares_with_the_first_attempts_devices(
+    lab_kubeconfig, core_v1, report_dir, restore
+):
+    """Run 1 fails verification with 7 of 8 devices; run 2 on the same host (7 devices) fails too: the
+    device baseline recorded on the Node at the first attempt is kept across the retry, and labels that
+    say "at target" never put the node back into service."""
+    restore(N1)
+    # the simulated boot creates DEVICES device files: one GPU is gone after the next reboot
+    hx(N1, "sed -i 's/^DEVICES=.*/DEVICES=7/' /var/lib/npuops-lab/host/hw.conf")
+    policy = {
+        "driver_upgrade_policy": {"maxUnavailable": "100%", "reboot": {"enable": True, "rebootTimeoutSeconds": 300}}
+    }
+    for attempt in (1, 2):
+        rc, out = playbook("maintenance_window.yml", lab_kubeconfig, report_dir, N1, policy)
+        assert rc != 0, out[-4000:]
+        s, hosts = summary(report_dir)
+        h = hosts[N1]
+        assert h["status"] == "failed" and h["failed_phase"] == "verify", (attempt, h)
+        assert "devices 7 (before the first attempt 8" in h["reason"], (attempt, h["reason"])
+        assert h["baseline"]["device_count"] == 8, (attempt, h)
+        n = node(core_v1, N1)
+        assert n.metadata.labels.get(GPU_STATE) == "upgrade-failed" and n.spec.unschedulable, attempt
+    # run 2 saw the host at the target version with 7 devices and still did not take the shortcut
+    assert h["baseline_mismatch"] and "7 devices, 8 before" in h["baseline_mismatch"], h
