@@ -485,3 +485,46 @@ def test_retry_after_a_lost_gpu_compares_with_the_first_attempts_devices(
         assert n.metadata.labels.get(GPU_STATE) == "upgrade-failed" and n.spec.unschedulable, attempt
     # run 2 saw the host at the target version with 7 devices and still did not take the shortcut
     assert h["baseline_mismatch"] and "7 devices, 8 before" in h["baseline_mismatch"], h
+
+
+def test_rerun_after_a_kill_in_a_finish_or_reboot_state_goes_on_from_there(
+    lab_kubeconfig, core_v1, report_dir, restore
+):
+    """A run killed after the host work ends as an uninterrupted run would: from uncordon-required the
+    rerun verifies and uncordons (it does not mark the node failed), from reboot-required it reboots
+    (never a reload waiting for a boot that does not come) and validates the new boot."""
+    restore(N1)
+    rc, out = playbook("maintenance_window.yml", lab_kubeconfig, report_dir, N1)
+    assert rc == 0, out[-4000:]
+    ann = "nvidia.com/gpu-driver-upgrade-"
+
+    def left_in(state, **anns):
+        # what a run killed right after writing ``state`` leaves behind (cordoned, with our record)
+        record = json.dumps({"from": "", "to": state, "reason": "test: killed here", "time": "2026-12-01T00:00:00Z"})
+        body_anns = {ann + "last-transition": record, ann + "unschedulable-before": "false"}
+        body_anns.update({ann + k: v for k, v in anns.items()})
+        core_v1.patch_node(
+            N1, {"metadata": {"labels": {GPU_STATE: state}, "annotations": body_anns}, "spec": {"unschedulable": True}}
+        )
+
+    left_in("uncordon-required")
+    rc, out = playbook("maintenance_window.yml", lab_kubeconfig, report_dir, N1)
+    assert rc == 0, out[-4000:]
+    _s, hosts = summary(report_dir)
+    h = hosts[N1]
+    assert h["status"] == "upgraded" and h["resumed_from"] == "uncordon-required", h
+    assert "install" not in h["durations"] and not h["rebooted"], h
+    n = node(core_v1, N1)
+    assert n.metadata.labels[GPU_STATE] == "upgrade-done" and not n.spec.unschedulable
+
+    boot = n.status.node_info.boot_id
+    left_in("reboot-required", **{"boot-id-before": boot, "target-version": "550.90.07"})
+    rc, out = playbook("maintenance_window.yml", lab_kubeconfig, report_dir, N1)
+    assert rc == 0, out[-4000:]
+    _s, hosts = summary(report_dir)
+    h = hosts[N1]
+    assert h["status"] == "upgraded" and h["rebooted"] and h["resumed_from"] == "reboot-required", h
+    assert "earlier run left the node in reboot-required" in h["reboot_reason"], h
+    n = node(core_v1, N1)
+    assert n.metadata.labels[GPU_STATE] == "upgrade-done" and not n.spec.unschedulable
+    assert n.status.node_info.boot_id != boot
