@@ -202,9 +202,10 @@ def wait_admission(
     timeout: Optional[float],
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
-) -> Optional[str]:
-    """Wait until ``node_name`` is admitted and claim its slot; None when claimed, otherwise the last
-    reason after ``timeout`` seconds (None = forever). Polls every 1-5 s while it must wait.
+) -> tuple[Optional[float], Optional[str]]:
+    """Wait until ``node_name`` is admitted and claim its slot: ``(since, None)`` when claimed (the
+    entry's time on the slot clock, for the caller's deadline), ``(None, reason)`` after ``timeout``
+    seconds (None = forever). Polls every 1-5 s while it must wait.
 
     Raises AdmissionConflict when another run holds a live entry for the same node.
     """
@@ -224,19 +225,20 @@ def wait_admission(
             )
         why = verdict(profile, policy, node_name, nodes, set(live) - {node_name})
         if why is None:
+            since = slots.clock()
             claimed = dict(live)
             claimed[node_name] = {
                 "token": token,
-                "since": slots.clock(),
+                "since": since,
                 "holder": "%s/%d" % (socket.gethostname(), os.getpid()),
             }
             if slots.write(record, claimed):
-                return None
+                return since, None
             if end is not None and clock() >= end:
-                return "the admission record kept changing under concurrent runs"
+                return None, "the admission record kept changing under concurrent runs"
             continue  # someone wrote in between: decide again on fresh data
         if end is not None and clock() >= end:
-            return why
+            return None, why
         delay = next(delays)
         sleep(delay if end is None else max(0.0, min(delay, end - clock())))
 
@@ -253,3 +255,25 @@ def check_admission(
             live = {}
     nodes = k8s_wait.list_raw(core.list_node, label_selector="%s=true" % profile["presence_label"]).get("items") or []
     return verdict(profile, policy, node_name, nodes, set(live) - {node_name})
+
+
+def wait_verdict(
+    core: Any,
+    slots: Optional[Slots],
+    profile: Mapping[str, Any],
+    policy: Any,
+    node_name: str,
+    timeout: Optional[float],
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> Optional[str]:
+    """Wait (polling 1-5 s) until :func:`check_admission` admits ``node_name``; None, or the last
+    reason after ``timeout`` seconds. Claims nothing: for a node whose label already counts it."""
+    end = None if timeout is None else clock() + timeout
+    delays = k8s_retry.backoff_delays(first=1.0, cap=5.0)
+    while True:
+        why = check_admission(core, slots, profile, policy, node_name)
+        if why is None or (end is not None and clock() >= end):
+            return why
+        delay = next(delays)
+        sleep(delay if end is None else max(0.0, min(delay, end - clock())))

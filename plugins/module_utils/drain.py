@@ -384,7 +384,7 @@ def probe_evictions(
                 continue
             if not isinstance(exc, ApiException):
                 raise
-            if exc.status == 400 and "dry" in _reason(exc).lower():
+            if exc.status == 400 and any(m in _reason(exc).lower() for m in ("dry run", "dryrun", "dry-run")):
                 # A webhook with side effects refuses every dry run: that says nothing about the real
                 # eviction, so the probe cannot tell; the real step will.
                 continue

@@ -28,6 +28,9 @@ BOOT_ID_BEFORE = "boot-id-before"
 # Devices seen before the first attempt ({"device_count": N, "pci_bus_ids": [...]}): kept across
 # retries after upgrade-failed, so a retry compares with the healthy host, not with the broken one.
 DEVICES_BEFORE = "devices-before"
+# Set when the node first reaches pod-restart-required (host work may start), cleared at upgrade-done:
+# from then on an abort never uncordons the node nor drops its device baseline.
+HOST_WORK_STARTED = "host-work-started"
 BOOKKEEPING = (
     UNSCHEDULABLE_BEFORE,
     OPERAND_LABELS_BEFORE,
@@ -35,6 +38,7 @@ BOOKKEEPING = (
     TARGET_VERSION,
     BOOT_ID_BEFORE,
     DEVICES_BEFORE,
+    HOST_WORK_STARTED,
 )
 EVENT_NAMESPACE = "default"
 COMPONENT = "npuops.fleet/npu_node_upgrade"

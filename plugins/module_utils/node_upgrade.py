@@ -77,6 +77,9 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
         # The last-transition annotation as this run last saw it: the guard that tells another run's
         # transition from an unrelated write when a resourceVersion test fails.
         self.last_transition_seen: Optional[str] = None
+        # Slot clock time after which a start must not label the node (its admission claim may be
+        # treated as expired by other runs); set only around the first transition.
+        self.claim_not_after: Optional[float] = None
         self.host_at_target = host_at_target
         self.baseline = dict(baseline) if baseline else None
         self.profile = profile
@@ -159,11 +162,16 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
         self, state_label: str, to: str, anns: dict, labels: Optional[dict], uncordon: bool = False
     ) -> None:
         """Apply a transition guarded by the node's resourceVersion and state label. When the guard
-        fails, re-read: our own record there means the first response was lost (done); the state and
-        last transition this run knows mean someone else's unrelated write (a heartbeat, a label), so
-        try again; anything else is another run's move (UpgradeConflict, nothing written)."""
+        fails, re-read: this very record there means the response was lost (done); otherwise
+        :meth:`_check_owned` decides between trying again and UpgradeConflict."""
         last_key = self._ann(node_record.LAST_TRANSITION)
         for _attempt in range(8):
+            if self.claim_not_after is not None and self.slots is not None:
+                if self.slots.clock() > self.claim_not_after:
+                    raise UpgradeFailed(
+                        "node %s: admission claim older than %ds before the node could be labelled (slow API); "
+                        "nothing was changed, run prepare again" % (self.name, admission.SLOT_GRACE / 2)
+                    )
             ops = node_record.transition_ops(self.node, state_label, self.state, to, anns, labels)
             if uncordon:
                 ops.append({"op": "add", "path": "/spec/unschedulable", "value": False})
@@ -175,19 +183,34 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
                 if getattr(exc, "status", None) not in (409, 422):
                     raise
                 fresh = node_record.read_node(self.core, self.name)
-                seen = node_record.annotations(fresh).get(last_key)
-                now = node_record.labels(fresh).get(state_label) or ""
-                if seen == anns[last_key] and now == to:
-                    self.node, self.last_transition_seen = fresh, seen
+                if node_record.annotations(fresh).get(last_key) == anns[last_key]:
+                    self.node, self.last_transition_seen = fresh, anns[last_key]
                     return
-                if now != (self.state or "") or seen != self.last_transition_seen:
-                    raise UpgradeConflict(
-                        "node %s: state label changed from %s to %s meanwhile (another run or an admin is working "
-                        "on this node); this run changed nothing more"
-                        % (self.name, self.state or "(none)", now or "(none)")
-                    )
-                self.node = fresh
+                self._check_owned(fresh)
         raise UpgradeConflict("node %s: the node kept changing; transition to %s not written" % (self.name, to))
+
+    def _check_owned(self, fresh: dict[str, Any]) -> None:
+        """Take ``fresh`` as the node to work on when it shows this run's state and last transition
+        (someone else's unrelated write, a heartbeat, came between), or a newer transition this run
+        wrote but never saw answered (adopted: the run goes on from that state). Anything else is
+        another run's or an admin's move: UpgradeConflict, and nothing more is written."""
+        last_key = self._ann(node_record.LAST_TRANSITION)
+        seen = node_record.annotations(fresh).get(last_key)
+        now = node_record.labels(fresh).get(self.profile["upgrade_state_label"]) or ""
+        if seen != self.last_transition_seen:
+            try:
+                mine = json.loads(seen or "{}").get("run") == self.token
+            except (ValueError, AttributeError):
+                mine = False
+            if mine and (json.loads(seen).get("to") or "") == now:
+                self.node, self.state, self.last_transition_seen = fresh, now, seen
+                return
+        if now != (self.state or "") or seen != self.last_transition_seen:
+            raise UpgradeConflict(
+                "node %s: state label changed from %s to %s meanwhile (another run or an admin is working "
+                "on this node); this run changed nothing more" % (self.name, self.state or "(none)", now or "(none)")
+            )
+        self.node = fresh
 
     def _deadline(self, timeout: Optional[float]) -> Optional[float]:
         return None if timeout is None else time.monotonic() + timeout
@@ -289,6 +312,11 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
         if self.state == sm.UPGRADE_FAILED and last.get("reason") == reason:
             self.result["message"] = "node %s already upgrade-failed: %s" % (self.name, reason)
             return
+        if self.state in (sm.UPGRADE_REQUIRED,) + sm.PREPARE_STATES:
+            # Still before host work (a prepare that could not finish its own abort): abort as prepare would.
+            note = self._abort_transition(reason)
+            self.result["message"] = "node %s marked upgrade-failed: %s; %s" % (self.name, reason, note)
+            return
         self._transition(sm.UPGRADE_FAILED, reason, warning=True)
         self.result["message"] = "node %s marked upgrade-failed (it stays cordoned): %s" % (self.name, reason)
 
@@ -303,12 +331,13 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
                 raise
             except Exception as exc:  # noqa: BLE001
                 self._fail_after_host_work("refusing to reboot: %s" % self._describe(exc))
+            boot = {self._ann(node_record.BOOT_ID_BEFORE): node_record.boot_id(self.node) or None}
             if self.state == sm.POD_RESTART_REQUIRED:
-                self._transition(
-                    sm.REBOOT_REQUIRED,
-                    "%s; %s" % (reason or "host reboot planned", why),
-                    annotations={self._ann(node_record.BOOT_ID_BEFORE): node_record.boot_id(self.node) or None},
-                )
+                why = "%s; %s" % (reason or "host reboot planned", why)
+                self._transition(sm.REBOOT_REQUIRED, why, annotations=boot)
+            elif not self.check:
+                # Rebooting again after a killed run: validation must wait for a boot after this one.
+                self.node = node_record.patch_node(self.core, self.name, {"metadata": {"annotations": boot}})
         self.result["message"] = "node %s is in %s" % (self.name, self.state)
 
     # ---- failure paths and messages -----------------------------------------------------------------
@@ -332,30 +361,43 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
         return "%s: %s" % (type(exc).__name__, exc)
 
     def _abort(self, reason: str) -> None:
-        """Failure before any host change: upgrade-failed, and in the same guarded patch the operand
-        labels and schedulability put back as recorded and the bookkeeping dropped (the device baseline
-        too: the host was not touched). A run that lost the node to another run undoes nothing."""
+        """Failure in prepare: upgrade-failed, with the node put back as recorded in the same guarded
+        patch (see :meth:`_abort_transition`); raises UpgradeFailed (or UpgradeConflict)."""
+        note = self._abort_transition(reason)
+        raise UpgradeFailed("node %s: %s; %s" % (self.name, reason, note))
+
+    def _abort_transition(self, reason: str) -> str:
+        """Move to upgrade-failed and, in the same patch guarded like a transition, restore the operand
+        labels and the recorded schedulability and drop the bookkeeping - computed from a fresh read, so
+        a run that lost the node to another run undoes nothing. Once host work may have started
+        (``host-work-started``), the node stays cordoned and keeps its device baseline. Returns the note."""
+        if not self.check:
+            self._check_owned(node_record.read_node(self.core, self.name))
+        touched = bool(node_record.get_annotation(self.profile, self.node, node_record.HOST_WORK_STARTED))
         before = node_record.get_json_annotation(self.profile, self.node, node_record.OPERAND_LABELS_BEFORE)
         labels = operands.restore_plan(self._labels(), before) if before is not None else {}
         recorded = node_record.get_annotation(self.profile, self.node, node_record.UNSCHEDULABLE_BEFORE)
-        uncordon = recorded == "false" and cordon.is_cordoned(self.node)
-        annotations = {
-            self._ann(s): None
-            for s in (
-                node_record.OPERAND_LABELS_BEFORE,
-                node_record.OPERAND_DAEMONSETS,
-                node_record.UNSCHEDULABLE_BEFORE,
-                node_record.DEVICES_BEFORE,
+        uncordon = not touched and recorded == "false" and cordon.is_cordoned(self.node)
+        dropped = [node_record.OPERAND_LABELS_BEFORE, node_record.OPERAND_DAEMONSETS]
+        if not touched:
+            dropped += [node_record.UNSCHEDULABLE_BEFORE, node_record.DEVICES_BEFORE]
+        if touched:
+            note = "node stays cordoned (an earlier attempt's host work may have changed the host)"
+        else:
+            note = "schedulability restored (%s)" % (
+                "uncordoned" if uncordon else "left as it was before the upgrade"
             )
-        }
-        note = "schedulability restored (%s)" % ("uncordoned" if uncordon else "left as it was before the upgrade")
         if labels:
             note += "; operand labels restored"
         self._transition(
-            sm.UPGRADE_FAILED, "%s; %s" % (reason, note), labels=labels, annotations=annotations, warning=True,
+            sm.UPGRADE_FAILED,
+            "%s; %s" % (reason, note),
+            labels=labels,
+            annotations={self._ann(s): None for s in dropped},
+            warning=True,
             uncordon=uncordon,
         )
-        raise UpgradeFailed("node %s: %s; %s" % (self.name, reason, note))
+        return note
 
     def _fail_after_host_work(self, reason: str) -> None:
         """Failure once the host may have changed: upgrade-failed, and the node stays cordoned."""

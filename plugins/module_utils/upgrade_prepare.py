@@ -8,7 +8,6 @@ through the abort path (operands and schedulability restored, upgrade-failed, an
 from __future__ import annotations
 
 import json
-import time
 from typing import Optional
 
 from ansible_collections.npuops.fleet.plugins.module_utils import (
@@ -54,7 +53,6 @@ class PrepareSteps:
     def _start(self) -> None:
         """Admission, then the first transition (upgrade-required), both safe against concurrent runs."""
         claimed = self._admit()
-        claimed_at = time.monotonic()
         try:
             why = "upgrade to driver %s requested (node has %s)" % (
                 self.target,
@@ -67,15 +65,12 @@ class PrepareSteps:
             recorded = node_record.get_annotation(self.profile, self.node, node_record.DEVICES_BEFORE)
             if self.baseline and self.baseline.get("device_count") is not None and not recorded:
                 annotations[self._ann(node_record.DEVICES_BEFORE)] = json.dumps(self.baseline, sort_keys=True)
-            if claimed and time.monotonic() - claimed_at > admission.SLOT_GRACE / 2:
-                # Other runs may already treat the claim as expired: deciding again is the only safe way.
-                raise UpgradeFailed(
-                    "node %s: admission claim older than %ds before the node could be labelled (slow API); "
-                    "nothing was changed, run prepare again" % (self.name, admission.SLOT_GRACE / 2)
-                )
+            # Other runs treat the claim as expired after SLOT_GRACE: the label must land well before.
+            self.claim_not_after = None if claimed is None else claimed + admission.SLOT_GRACE / 2
             self._transition(sm.UPGRADE_REQUIRED, why, annotations=annotations)
         finally:
-            if claimed and self.slots is not None:
+            self.claim_not_after = None
+            if claimed is not None and self.slots is not None:
                 try:
                     released = self.slots.release(self.name, self.token)
                 except Exception as exc:  # noqa: BLE001 - never hide the outcome of the start itself
@@ -88,6 +83,8 @@ class PrepareSteps:
                     )
 
     def _prepare_steps(self, entry: sm.Entry) -> None:
+        if entry.action == "resume" and self.state == sm.UPGRADE_REQUIRED:
+            self._wait_readmission()
         if entry.action == "resume" and self.state not in (sm.UPGRADE_REQUIRED, sm.CORDON_REQUIRED):
             # Past the cordon step the node must be cordoned (an abort killed midway, or someone
             # uncordoned it): cordon again, keeping the record if there is one.
@@ -117,22 +114,26 @@ class PrepareSteps:
                 nxt, why = self._delete_pods(nxt)
             elif self.state == sm.DRAIN_REQUIRED:
                 why = self._drain(after_host_work=False)
+            annotations = None
             if nxt == sm.POD_RESTART_REQUIRED:
                 why += "; " + self._pause_operands()
-            self._transition(nxt, why)
+                if not node_record.get_annotation(self.profile, self.node, node_record.HOST_WORK_STARTED):
+                    annotations = {self._ann(node_record.HOST_WORK_STARTED): node_record.now_iso()}
+            self._transition(nxt, why, annotations=annotations)
         self.result["message"] = "node %s is ready for host work (%s)" % (self.name, self.state)
 
-    def _admit(self) -> bool:
-        """Wait for admission; True when a slot entry was claimed (to be released after the start)."""
+    def _admit(self) -> Optional[float]:
+        """Wait for admission; the claim's time (slot clock) when a slot entry was claimed (released
+        after the start), else None."""
         if self.check or self.slots is None:
             why = admission.check_admission(self.core, self.slots, self.profile, self.policy, self.name)
             if why:
                 if not self.check:
                     raise UpgradeFailed("node %s not admitted: %s (nothing was changed)" % (self.name, why))
                 self.warnings.append("check mode: prepare would wait for admission: %s" % why)
-            return False
+            return None
         try:
-            why = admission.wait_admission(
+            since, why = admission.wait_admission(
                 self.core, self.slots, self.profile, self.policy, self.name, self.token, self.admission_timeout
             )
         except admission.AdmissionConflict as exc:
@@ -142,7 +143,21 @@ class PrepareSteps:
                 "node %s not admitted within admission_timeout=%ss: %s (nothing was changed)"
                 % (self.name, self.admission_timeout, why)
             )
-        return True
+        return since
+
+    def _wait_readmission(self) -> None:
+        """A resumed upgrade-required node was admitted earlier, but a skip label in between may have
+        let another node take its place: wait until the limits hold again with it counted."""
+        if self.check:
+            return
+        waited = admission.wait_verdict(
+            self.core, self.slots, self.profile, self.policy, self.name, self.admission_timeout
+        )
+        if waited:
+            raise UpgradeFailed(
+                "node %s not admitted again within admission_timeout=%ss: %s (nothing was changed)"
+                % (self.name, self.admission_timeout, waited)
+            )
 
     def _wait_for_jobs(self) -> str:
         wfc = self.policy.wait_for_completion

@@ -365,3 +365,85 @@ def test_a_lost_response_to_our_own_transition_counts_as_done():
     c.patch_node = lose_first_response
     up._transition("upgrade-required", "start")
     assert c.nodes["n1"]["metadata"]["labels"][STATE] == "upgrade-required" and up.state == "upgrade-required"
+
+
+def test_an_abort_after_host_work_keeps_the_node_cordoned_and_its_baseline():
+    """Run 1 reached host work and failed verification; run 2's prepare fails (a terminating pod):
+    the abort must not put the node back into service nor forget the first attempt's devices."""
+    c = cluster()
+    upgrade(c, baseline={"device_count": 8}).run("prepare")
+    upgrade(c).run("fail", "verify: devices 7 (before 8)")
+    job = on("n1", pod("ckpt", ns="ml", resources=GPU, deleting=True))
+    c.pods.append(job)
+    with pytest.raises(UpgradeFailed, match="node stays cordoned"):
+        upgrade(c, baseline={"device_count": 7}).run("prepare")
+    node = c.nodes["n1"]
+    assert node["spec"]["unschedulable"] is True
+    assert json.loads(node["metadata"]["annotations"][ANN + "devices-before"]) == {"device_count": 8}
+
+
+def test_an_abort_before_host_work_drops_the_baseline():
+    job = on("n1", pod("ckpt", ns="ml", resources=GPU, deleting=True))
+    c = cluster(pods=[job])
+    with pytest.raises(UpgradeFailed, match="schedulability restored"):
+        upgrade(c, baseline={"device_count": 8}).run("prepare")
+    assert ANN + "devices-before" not in c.nodes["n1"]["metadata"]["annotations"]
+    assert not c.nodes["n1"]["spec"].get("unschedulable")
+
+
+def test_an_abort_after_a_lost_response_adopts_the_state_this_run_wrote():
+    """The cordon-required -> wait-for-jobs-required write committed but its answer was lost; the step
+    then fails: the abort recognises its own record and still restores and marks the node."""
+    c = cluster()
+    up = upgrade(c)
+    up.run("status")
+    up._transition("upgrade-required", "start")
+    up._transition("cordon-required", "admitted")
+    c.nodes["n1"]["spec"]["unschedulable"] = True
+    c.nodes["n1"]["metadata"]["annotations"][ANN + "unschedulable-before"] = "false"
+    c.bump("n1")
+    stale = json.loads(json.dumps(up.node))
+    up._transition("wait-for-jobs-required", "node cordoned")
+    up.node, up.state = stale, "cordon-required"  # as if the answer to that write never arrived
+    up.last_transition_seen = stale["metadata"]["annotations"][ANN + "last-transition"]
+    with pytest.raises(UpgradeFailed, match="schedulability restored .uncordoned."):
+        up._abort("step failed")
+    assert c.nodes["n1"]["metadata"]["labels"][STATE] == "upgrade-failed"
+    assert not c.nodes["n1"]["spec"].get("unschedulable")
+
+
+def test_a_resumed_upgrade_required_node_waits_for_admission_again():
+    c = cluster()
+    leases = FakeLeases()
+    c.nodes["n1"]["metadata"]["labels"][STATE] = "upgrade-required"
+    c.nodes["n1"]["metadata"]["annotations"][ANN + "last-transition"] = json.dumps({"to": "upgrade-required"})
+    c.nodes["n2"]["metadata"]["labels"][STATE] = "drain-required"  # admitted while n1 was skip-labelled
+    policy = {"maxParallelUpgrades": 1, "maxUnavailable": "100%"}
+    with pytest.raises(UpgradeFailed, match="not admitted again.*maxParallelUpgrades 1 reached: upgrading now: n2"):
+        upgrade(c, policy=policy, leases=leases, admission_timeout=0.01).run("prepare")
+    assert c.nodes["n1"]["metadata"]["labels"][STATE] == "upgrade-required"
+    assert not c.nodes["n1"]["spec"].get("unschedulable")
+
+
+def test_fail_from_a_prepare_state_restores_like_an_abort():
+    c = cluster()
+    up = upgrade(c)
+    up.run("status")
+    up._transition("upgrade-required", "start")
+    up._transition("cordon-required", "admitted")
+    c.nodes["n1"]["spec"]["unschedulable"] = True
+    c.nodes["n1"]["metadata"]["annotations"][ANN + "unschedulable-before"] = "false"
+    res = upgrade(c).run("fail", "prepare could not finish its abort")
+    assert res["state"] == "upgrade-failed" and "schedulability restored" in res["message"]
+    assert not c.nodes["n1"]["spec"].get("unschedulable")
+
+
+def test_rebooting_again_from_reboot_required_records_the_current_boot():
+    c = cluster()
+    c.nodes["n1"]["status"]["nodeInfo"] = {"bootID": "boot-0"}
+    upgrade(c).run("prepare")
+    upgrade(c).run("reboot", "kernel changes")
+    c.nodes["n1"]["status"]["nodeInfo"]["bootID"] = "boot-1"  # the killed run's reboot happened
+    res = upgrade(c).run("reboot", "resuming")
+    assert res["state"] == "reboot-required"
+    assert c.nodes["n1"]["metadata"]["annotations"][ANN + "boot-id-before"] == "boot-1"
