@@ -391,6 +391,7 @@ def probe_evictions(
             refused[ref] = "%s (HTTP %s)" % (_reason(exc), exc.status)
     return refused
 
+
 def why_left(pod: Mapping[str, Any]) -> str:
     """Why a pod is still on its node, for messages: "terminating, deletionTimestamp <RFC 3339>, grace
     <N>s[, finalizers a, b]" or "not terminating, phase <phase>"."""

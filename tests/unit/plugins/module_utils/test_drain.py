@@ -194,6 +194,7 @@ def test_pdb_refusals_with_no_deadline_wait_for_the_budget():
 # --- done without an eviction ---
 UID_PRECONDITION = "Precondition failed: UID in precondition: uid-db-0, UID in object meta: uid-db-0-new"
 
+
 @pytest.mark.parametrize(
     "status,message",
     [(404, 'pods "db-0" not found'), (409, UID_PRECONDITION)],
