@@ -282,7 +282,10 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
     def _finish_result(self) -> dict[str, Any]:
         self.result["state"] = self.state or None
         self.result["cordoned_by_upgrade"] = cordon.cordoned_by_upgrade(self.profile, self.node)
-        self.result["changed"] = self.changed
+        # Check mode: "changed" says whether the call would change something, as Ansible expects.
+        self.result["changed"] = self.changed or (self.check and bool(self.result["transitions"]))
+        for key in ("would_evict", "waited_for", "evicted", "deleted", "blocking_pdbs"):
+            self.result[key] = sorted(set(self.result[key]))
         if (
             self.result["at_target"]
             and self.host_at_target is not False
@@ -293,17 +296,21 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
 
     # ---- phases --------------------------------------------------------------------------------
     def _phase_status(self, entry: sm.Entry, reason: Optional[str]) -> None:
+        # What prepare would remove with this policy: the accelerator pods of the pod-deletion step,
+        # and the drain's pods when the drain runs (drain.enable, or a planned reboot).
         pods = self._pods()
         drain_policy = self._drain_policy()
+        deletion = eviction_rules.plan_pod_deletion(pods, self.policy.pod_deletion, self.profile)
         plan = self._plan_drain(pods, drain_policy)
+        remove = set(deletion.remove) | (set(plan.remove) if drain_policy.enable else set())
         by_ref = {eviction_rules.pod_ref(p): p for p in pods}
-        self.result["would_evict"] = sorted(plan.remove) if drain_policy.enable else []
-        victims = [by_ref[r] for r in plan.remove]
+        self.result["would_evict"] = sorted(remove)
+        victims = [by_ref[r] for r in sorted(remove)]
         pdbs = drain.blocking_pdbs(self.policy_api, victims)
         self.result["blocking_pdbs"] = [p["detail"] for p in pdbs]
-        self.result["drain_blockers"] = plan.blockers
+        self.result["drain_blockers"] = plan.blockers if drain_policy.enable else deletion.blockers
         self.result["refused_evictions"] = self._structural_refusals(victims)
-        self.result["waited_for"] = sorted(plan.wait)
+        self.result["waited_for"] = sorted(set(plan.wait) | set(deletion.wait))
         self.result["message"] = "node %s is in %s" % (self.name, self.state or "(no state label)")
 
     def _phase_fail(self, entry: sm.Entry, reason: Optional[str]) -> None:
@@ -380,7 +387,7 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
         uncordon = not touched and recorded == "false" and cordon.is_cordoned(self.node)
         dropped = [node_record.OPERAND_LABELS_BEFORE, node_record.OPERAND_DAEMONSETS]
         if not touched:
-            dropped += [node_record.UNSCHEDULABLE_BEFORE, node_record.DEVICES_BEFORE]
+            dropped += [node_record.UNSCHEDULABLE_BEFORE, node_record.DEVICES_BEFORE, node_record.TARGET_VERSION]
         if touched:
             note = "node stays cordoned (an earlier attempt's host work may have changed the host)"
         else:

@@ -160,26 +160,38 @@ class PodRemovalSteps:
                 why,
                 self.policy.drain.pod_selector,
             )
-        if plan.blockers:
-            fail(("drain before the reboot blocked: %s" if self.reboot_planned else "drain blocked: %s")
-                 % plan.blocker_message())
         by_ref = {eviction_rules.pod_ref(p): p for p in pods}
         victims = [by_ref[r] for r in sorted(plan.remove)]
         pdbs = drain.blocking_pdbs(self.policy_api, victims)
         self.result["blocking_pdbs"] = sorted(set(self.result["blocking_pdbs"]) | {p["detail"] for p in pdbs})
-        if pdbs:
-            self.warnings.append(
-                "PDBs allowing 0 disruptions now (evictions are retried until drain.timeoutSeconds=%s): %s"
-                % (self.policy.drain.timeout_seconds, "; ".join(self.result["blocking_pdbs"]))
-            )
-        note = " (%s)" % self.result["full_drain"] if self.result["full_drain"] else ""
+        refused: dict[str, str] = {}
         if self.check:
+            # A preview names every blocker at once: blocked pods, PDBs at 0 and refused evictions.
             refused = self._structural_refusals(victims)
             self.result["refused_evictions"].update(refused)
             self.result["would_evict"].extend(sorted(plan.remove))
             self.result["waited_for"].extend(sorted(plan.wait))
-            if refused:
-                fail("the API server refuses to evict %s" % "; ".join("%s: %s" % kv for kv in sorted(refused.items())))
+        problems = []
+        if plan.blockers:
+            problems.append(plan.blocker_message())
+        if refused:
+            refusals = "; ".join("%s: %s" % kv for kv in sorted(refused.items()))
+            problems.append("the API server refuses to evict %s" % refusals)
+        if problems:
+            if pdbs:
+                problems.append("PDBs allowing 0 disruptions now: %s" % "; ".join(p["detail"] for p in pdbs))
+            fail(("drain before the reboot blocked: %s" if self.reboot_planned else "drain blocked: %s")
+                 % "; ".join(problems))
+        if pdbs:
+            self.warnings.append(
+                "PDBs allowing 0 disruptions now (evictions are retried until drain.timeoutSeconds=%s): %s"
+                % (
+                    self._secs(timeout_or_none(self.policy.drain.timeout_seconds)),
+                    "; ".join(self.result["blocking_pdbs"]),
+                )
+            )
+        note = " (%s)" % self.result["full_drain"] if self.result["full_drain"] else ""
+        if self.check:
             return "would evict %s%s" % (", ".join(sorted(plan.remove)) or "nothing", note)
         if not victims and not plan.wait:
             return "drained: nothing to evict%s" % note

@@ -23,7 +23,9 @@ description:
     with O(reason); the node stays cordoned. C(status) is read-only and reports the drain preflight.
   - Every transition writes an annotation C(<prefix>-last-transition) (reason and time) and an Event on
     the node. Waits are watches with bounded timeouts; transient API errors are retried with backoff.
-  - The vendor's skip label (C(nvidia.com/gpu-driver-upgrade.skip=true)) leaves the node alone.
+  - The vendor's skip label (C(nvidia.com/gpu-driver-upgrade.skip=true)) leaves the node alone when an
+    upgrade would start; a node labelled in the middle of its upgrade is still finished, failed or aborted
+    (never left cordoned with its operands paused), as the operators check the label only before a start.
 version_added: 0.1.0
 author:
   - npuops maintainers (@npuops)
@@ -147,8 +149,17 @@ transitions:
   returned: always
   type: list
   elements: dict
-skipped: {description: True when the node carries the vendor's upgrade skip label., returned: always, type: bool}
+skipped:
+  description:
+    - True when prepare left the node alone because of the vendor's upgrade skip label (Ansible then
+      shows the task as skipped).
+  returned: when the node was left alone
+  type: bool
 skip_reason: {description: Why the node was left alone., returned: always, type: str}
+drain_blockers:
+  description: O(phase=status) - pods that would block the drain (or the pod-deletion step), by class.
+  returned: with O(phase=status)
+  type: dict
 at_target: {description: The node's driver-version label equals the target., returned: always, type: bool}
 host_work_required:
   description: False when the node is already at the target (it was marked upgrade-done without disruption).
@@ -345,6 +356,8 @@ def main():
         detail = "HTTP %s %s" % (status, getattr(exc, "reason", "")) if status else str(exc)
         if status == 403:
             detail += " (the ClusterRole in deploy/rbac/npuops-fleet-clusterrole.yaml lists the access needed)"
+        if status == 404 and upgrade.state == "" and not upgrade.node:
+            detail = "node %s not found" % p["node"]
         result = dict(upgrade.result, api_requests=counts, changed=upgrade.changed, kube_auth=kube_auth)
         result.pop("message", None)
         module.fail_json(
