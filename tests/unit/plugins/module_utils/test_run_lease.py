@@ -1,0 +1,70 @@
+"""LeaseKeepalive: renews on schedule, stops the run when another run holds the Lease."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.npuops.fleet.plugins.module_utils.lease import LeaseHeldError
+from ansible_collections.npuops.fleet.plugins.module_utils.run_lease import LeaseKeepalive, LeaseLost
+
+
+class Clock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+
+class Manager:
+    """Records acquire calls; ``answers`` is a list of exceptions (or None for success) in order."""
+
+    def __init__(self, answers=None):
+        self.calls = []
+        self.answers = list(answers or [])
+
+    def acquire(self, holder, ttl):
+        self.calls.append((holder, ttl))
+        answer = self.answers.pop(0) if self.answers else None
+        if answer is not None:
+            raise answer
+        return {"action": "renew"}
+
+
+def test_renews_every_third_of_the_ttl():
+    clock, mgr = Clock(), Manager()
+    ka = LeaseKeepalive(mgr, "ctl/run-1", 90, clock=clock)
+    ka.tick()
+    assert mgr.calls == [("ctl/run-1", 90)]
+    clock.t += 29
+    ka.tick()
+    assert len(mgr.calls) == 1  # not due before 30 s
+    clock.t += 1
+    ka.tick()
+    assert len(mgr.calls) == 2
+    ka.tick(force=True)
+    assert len(mgr.calls) == 3
+
+
+def test_another_holder_stops_the_run():
+    mgr = Manager([LeaseHeldError("lease kube-system/x is held by other/run-2", {})])
+    with pytest.raises(LeaseLost, match="other/run-2"):
+        LeaseKeepalive(mgr, "ctl/run-1", 90, clock=Clock()).tick()
+
+
+def test_transient_errors_are_tolerated_until_the_ttl_has_passed():
+    clock = Clock()
+    mgr = Manager([ConnectionRefusedError("connection refused")] * 10)
+    ka = LeaseKeepalive(mgr, "ctl/run-1", 60, interval=10, clock=clock)
+    for _step in range(5):  # 0..40 s without a renewal: still ours as far as we can know
+        ka.tick()
+        clock.t += 10
+    clock.t += 10  # 60 s since the last good renewal = the TTL: it may have been taken over
+    with pytest.raises(LeaseLost, match="60 s"):
+        ka.tick()
+
+
+def test_other_errors_propagate():
+    mgr = Manager([ValueError("bad")])
+    with pytest.raises(ValueError):
+        LeaseKeepalive(mgr, "ctl/run-1", 60, clock=Clock()).tick()
