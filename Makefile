@@ -5,7 +5,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/build/collections
 export NPUOPS_LAB_DIR ?= /tmp/npuops-lab
 
-.PHONY: bootstrap test unit lint sanity integration molecule demo bench lab-up lab-down lab-status build clean
+.PHONY: bootstrap test unit lint sanity integration faults molecule demo bench lab-up lab-down lab-status build clean
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -24,6 +24,10 @@ sanity: bootstrap
 
 integration: bootstrap
 	@scripts/test.sh integration
+
+# every fault-injection case on the lab (tests/faults/README.md); CI runs a rotating subset
+faults: bootstrap
+	@FAULTS_CASES=$${FAULTS_CASES:-all} scripts/test.sh faults
 
 molecule: bootstrap
 	@eval "$$(tests/lab/labctl env)" && scripts/test.sh molecule

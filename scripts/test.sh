@@ -49,7 +49,22 @@ stage_integration() {
   eval "$(tests/lab/labctl env)"
   echo "== pytest integration (lab)"
   NPUOPS_REQUIRE_LAB=1 pytest -q -p no:cacheprovider tests/integration
+  stage_faults
   stage_molecule
+}
+
+stage_faults() {
+  # Fault injection on the lab (tests/faults/run.py): FAULTS_CASES cases (default 2; `all` = the full
+  # sweep, `make faults`) of a rotation chosen by FAULTS_SEED (default: days since the epoch, printed),
+  # so consecutive CI runs exercise every case. Table: tests/faults/last-result.md.
+  if ! tests/lab/labctl status >/dev/null 2>&1; then
+    echo "== lab up"
+    LAB_STARTED_HERE=1
+    tests/lab/labctl up | tail -n 3
+  fi
+  eval "$(tests/lab/labctl env)"
+  echo "== faults (${FAULTS_CASES:-2} case(s), seed ${FAULTS_SEED:-of the day})"
+  python tests/faults/run.py --cases "${FAULTS_CASES:-2}"
 }
 
 stage_molecule() {
