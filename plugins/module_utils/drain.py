@@ -339,18 +339,29 @@ def _evict_once(
     dry_run: bool = False,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    min_budget: float = k8s_retry.DEFAULT_BUDGET,
 ) -> None:
-    """One eviction call; retries only OUTCOME_RETRY errors (transport, transient 5xx) until
-    ``deadline`` (None = forever). Everything else -- 429 included, it is the caller's -- is raised."""
+    """One eviction call; retries only OUTCOME_RETRY errors (transport, transient 5xx) -- and the
+    401/403 of an apiserver coming back from an outage (:class:`k8s_retry.Attempts`) -- until
+    ``deadline`` or ``min_budget`` seconds from now, whichever is later (``deadline`` None =
+    forever): an API server restart near the end of the step does not end it. Everything else --
+    429 included, it is the caller's -- is raised.
+
+    An eviction whose answer was lost is safe to send again: the pod is then terminating (the
+    apiserver accepts the repeat without a PDB check), gone (404) or replaced (409 on the uid
+    precondition), all OUTCOME_DONE.
+    """
     kwargs: dict[str, Any] = {"dry_run": "All"} if dry_run else {}
+    end = None if deadline is None else max(deadline, clock() + min_budget)
+    seen = k8s_retry.Attempts(clock)
     for delay in k8s_retry.backoff_delays():
         try:
             core.create_namespaced_pod_eviction(name, ns, body, _preload_content=False, **kwargs)
             return
         except Exception as exc:  # noqa: BLE001 - classified below
-            if classify_eviction_error(exc) != OUTCOME_RETRY:
+            if not seen.retryable(exc, classify_eviction_error(exc) == OUTCOME_RETRY):
                 raise
-            if deadline is not None and clock() + delay > deadline:
+            if end is not None and clock() + delay > end:
                 raise
             sleep(delay)
 
@@ -358,7 +369,7 @@ def _evict_once(
 def probe_evictions(
     core: Any,
     pods: Iterable[Mapping[str, Any]],
-    budget: float = 30.0,
+    budget: float = k8s_retry.DEFAULT_BUDGET,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, str]:
@@ -378,7 +389,10 @@ def probe_evictions(
         ref = pod_ref(pod)
         ns, name = _split(ref)
         try:
-            _evict_once(core, name, ns, _eviction_body(pod), clock() + budget, dry_run=True, clock=clock, sleep=sleep)
+            _evict_once(
+                core, name, ns, _eviction_body(pod), clock() + budget, dry_run=True, clock=clock, sleep=sleep,
+                min_budget=0.0,
+            )
         except Exception as exc:  # noqa: BLE001 - classified below
             if classify_eviction_error(exc) != OUTCOME_REFUSED:
                 continue

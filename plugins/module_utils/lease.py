@@ -6,6 +6,14 @@
 first) or replace with the ``resourceVersion`` that was read (409 if someone wrote in between), and a
 delete with a resourceVersion precondition. On a conflict the lease is read again and decided again,
 so of two concurrent acquirers exactly one wins.
+
+Every call goes through the transient-error retry of ``k8s_retry.call`` (``budget`` seconds each,
+60 by default), so an API server restart does not fail the module. A write whose answer is lost is
+sent again, and the repeat then fails its precondition (409: the lease exists / has a newer
+resourceVersion; 404: it is already deleted). Such an answer is checked before it counts as a
+conflict: a lease that now carries exactly the holder and renewTime this call wrote
+(:func:`written_by_us`) is this call's own write; a 404 after a retried delete is this call's own
+delete.
 """
 
 from __future__ import annotations
@@ -13,6 +21,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 from typing import Any, Mapping, Optional
+
+from ansible_collections.npuops.fleet.plugins.module_utils import k8s_retry
 
 DEFAULT_NAMESPACE = "kube-system"
 DEFAULT_NAME = "npuops-fleet-maintenance-window"
@@ -114,6 +124,17 @@ def new_spec(
     return spec
 
 
+def written_by_us(lease: Optional[Mapping[str, Any]], spec: Mapping[str, Any]) -> bool:
+    """True when ``lease`` (as read now) carries the holderIdentity and renewTime of ``spec`` (the spec
+    this call wrote): renewTime has microseconds and comes from this call's clock, so no other writer
+    produces the same pair. Times are compared as instants (the API may reformat them)."""
+    have = (lease or {}).get("spec") or {}
+    if not have.get("holderIdentity") or have.get("holderIdentity") != spec.get("holderIdentity"):
+        return False
+    mine, now = parse_time(spec.get("renewTime")), parse_time(have.get("renewTime"))
+    return mine is not None and mine == now
+
+
 def refuse_message(name: str, namespace: str, st: Mapping[str, Any], now: dt.datetime) -> str:
     exp = parse_time(st["expires"])
     left = int((exp - now).total_seconds()) if exp else 0
@@ -127,7 +148,15 @@ def refuse_message(name: str, namespace: str, st: Mapping[str, Any], now: dt.dat
 class LeaseManager:
     """Applies decisions against the API (CoordinationV1Api) with resourceVersion preconditions."""
 
-    def __init__(self, api_client: Any, namespace: str, name: str, labels: Optional[Mapping[str, str]] = None):
+    def __init__(
+        self,
+        api_client: Any,
+        namespace: str,
+        name: str,
+        labels: Optional[Mapping[str, str]] = None,
+        budget: float = k8s_retry.DEFAULT_BUDGET,
+    ):
+        """``budget``: seconds each API call may spend retrying transient errors (k8s_retry.call)."""
         from kubernetes import client as k8s
 
         self.k8s = k8s
@@ -136,11 +165,17 @@ class LeaseManager:
         self.name = name
         self.labels = dict(labels or {})
         self.requests = 0
+        self.budget = budget
+
+    def _call(self, fn: Any, *args: Any, attempts: Optional[k8s_retry.Attempts] = None, **kwargs: Any) -> Any:
+        """One API call with the transient-error retry (``self.budget`` seconds)."""
+        self.requests += 1
+        return k8s_retry.call(fn, *args, budget=getattr(self, "budget", k8s_retry.DEFAULT_BUDGET),
+                              attempts=attempts, **kwargs)
 
     def read(self) -> Optional[dict[str, Any]]:
-        self.requests += 1
         try:
-            resp = self.api.read_namespaced_lease(self.name, self.namespace, _preload_content=False)
+            resp = self._call(self.api.read_namespaced_lease, self.name, self.namespace, _preload_content=False)
         except self.k8s.ApiException as exc:
             if exc.status == 404:
                 return None
@@ -148,7 +183,20 @@ class LeaseManager:
         return json.loads(resp.data)
 
     def _write(self, lease: Optional[Mapping[str, Any]], spec: Mapping[str, Any]) -> dict[str, Any]:
-        self.requests += 1
+        """Create (``lease`` None) or replace with ``lease``'s resourceVersion. A 409 whose lease now
+        shows this very ``spec`` (:func:`written_by_us`: the answer to an earlier attempt was lost)
+        returns that lease; any other 409 is raised for the caller's read-and-decide-again."""
+        try:
+            return self._send(lease, spec)
+        except self.k8s.ApiException as exc:
+            if exc.status != 409:
+                raise
+            now = self.read()
+            if now is not None and written_by_us(now, spec):
+                return now
+            raise
+
+    def _send(self, lease: Optional[Mapping[str, Any]], spec: Mapping[str, Any]) -> dict[str, Any]:
         if lease is None:
             body = {
                 "apiVersion": "coordination.k8s.io/v1",
@@ -156,7 +204,7 @@ class LeaseManager:
                 "metadata": {"name": self.name, "namespace": self.namespace, "labels": self.labels},
                 "spec": dict(spec),
             }
-            resp = self.api.create_namespaced_lease(self.namespace, body, _preload_content=False)
+            resp = self._call(self.api.create_namespaced_lease, self.namespace, body, _preload_content=False)
         else:
             meta = dict(lease.get("metadata") or {})
             body = {
@@ -171,7 +219,9 @@ class LeaseManager:
                 },
                 "spec": dict(spec),
             }
-            resp = self.api.replace_namespaced_lease(self.name, self.namespace, body, _preload_content=False)
+            resp = self._call(
+                self.api.replace_namespaced_lease, self.name, self.namespace, body, _preload_content=False
+            )
         return json.loads(resp.data)
 
     def acquire(self, holder: str, ttl: int, check_mode: bool = False, now_fn=now_utc) -> dict[str, Any]:
@@ -208,13 +258,17 @@ class LeaseManager:
             if check_mode:
                 return {"action": "release", "changed": True, "previous": decision["state"], "lease": lease}
             rv = (lease.get("metadata") or {}).get("resourceVersion")
-            self.requests += 1
+            attempts = k8s_retry.Attempts()
             try:
-                self.api.delete_namespaced_lease(
-                    self.name, self.namespace,
+                self._call(
+                    self.api.delete_namespaced_lease, self.name, self.namespace,
                     body=self.k8s.V1DeleteOptions(preconditions=self.k8s.V1Preconditions(resource_version=rv)),
+                    attempts=attempts,
                 )
             except self.k8s.ApiException as exc:
+                if exc.status == 404 and attempts.retries:
+                    # An earlier attempt of this very delete went through; its answer was lost.
+                    return {"action": "release", "changed": True, "previous": decision["state"], "lease": None}
                 if exc.status == 404:
                     return {"action": "absent", "changed": False, "previous": decision["state"], "lease": None}
                 if exc.status == 409:

@@ -144,12 +144,13 @@ def listening(port):
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def start(name, exe, args):
+def start(name, exe, args, port=None):
     logf = open(STATE / "logs" / f"{name}.log", "ab")
     # New session: the lab outlives this command and is not hit by the terminal's Ctrl-C.
     p = subprocess.Popen([str(exe), *args], stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
                          start_new_session=True, cwd=STATE)
-    pidfile(name).write_text(json.dumps({"pid": p.pid, "exe": os.path.realpath(exe), "port": PORTS[name]}))
+    rec = {"pid": p.pid, "exe": os.path.realpath(exe), "port": port or PORTS[name]}
+    pidfile(name).write_text(json.dumps(rec))
     return p
 
 
@@ -351,15 +352,7 @@ def cmd_down():
     for name in reversed(ORDER):  # kwok first, etcd last
         rec = read_pid(name)
         if alive(rec):
-            os.kill(rec["pid"], signal.SIGTERM)
-            deadline = time.time() + 20
-            while alive(rec) and time.time() < deadline:
-                time.sleep(0.2)
-            if alive(rec):
-                log(f"{name} ignored SIGTERM; sending SIGKILL")
-                os.kill(rec["pid"], signal.SIGKILL)
-                while alive(rec):
-                    time.sleep(0.1)
+            stop_pid(name, rec)
     ports = {n: (read_pid(n) or {}).get("port", p) for n, p in PORTS.items()}  # as recorded at up
     busy = [f"{n}:{p}" for n, p in ports.items() if listening(p)]
     shutil.rmtree(STATE)
@@ -401,6 +394,76 @@ def cmd_remove_node(name):
     return 0
 
 
+def stop_pid(name, rec, sig=signal.SIGTERM, grace=20.0):
+    """Signal the recorded process and wait until it is gone (SIGKILL after ``grace`` seconds)."""
+    if not alive(rec):
+        return
+    try:
+        os.kill(rec["pid"], sig)
+    except ProcessLookupError:
+        return
+    deadline = time.time() + grace
+    while alive(rec) and time.time() < deadline:
+        time.sleep(0.1)
+    if alive(rec):
+        log(f"{name} ignored {signal.Signals(sig).name}; sending SIGKILL")
+        os.kill(rec["pid"], signal.SIGKILL)
+        while alive(rec):
+            time.sleep(0.1)
+
+
+def cmd_restart(name, *opts):
+    """Stop one component, keep it down for ``--down N`` seconds (counted from the moment it is gone),
+    start it again with exactly the command line it had (read from /proc) and wait until it answers
+    (/readyz for kube-apiserver, /healthz for the controllers, the port otherwise). ``--kill`` stops it
+    with SIGKILL instead of SIGTERM (no graceful shutdown). One line on stdout with the timings."""
+    if name not in ORDER:
+        die(f"restart: unknown component {name!r}; one of {', '.join(ORDER)}")
+    down, sig = 0.0, signal.SIGTERM
+    opts = list(opts)
+    while opts:
+        opt = opts.pop(0)
+        if opt == "--down" and opts:
+            down = float(opts.pop(0))
+        elif opt.startswith("--down="):
+            down = float(opt.split("=", 1)[1])
+        elif opt == "--kill":
+            sig = signal.SIGKILL
+        else:
+            die(f"restart: unknown option {opt!r}; usage: labctl restart COMPONENT [--down SECONDS] [--kill]")
+    rec = read_pid(name)
+    if not alive(rec):
+        die(f"{name} is not running (no live pid in {pidfile(name)})")
+    # The exact flags it runs with: argv[1:] of the running process (NUL-separated in /proc).
+    argv = Path(f"/proc/{rec['pid']}/cmdline").read_bytes().split(b"\0")
+    args = [a.decode() for a in argv[1:] if a]
+    port = rec.get("port") or PORTS[name]
+    t0 = time.time()
+    os.kill(rec["pid"], sig)
+    # Down from the moment it stops answering: kube-apiserver closes its listener at once but may
+    # take its full shutdown timeout to exit while watches drain; SIGKILL after 5 s of that.
+    while alive(rec) and listening(port):
+        time.sleep(0.05)
+    stopped = time.time()
+    stop_pid(name, rec, signal.SIGKILL if sig == signal.SIGKILL else signal.SIGTERM, grace=5.0)
+    time.sleep(max(0.0, down - (time.time() - stopped)))
+    restarted = time.time()
+    p = start(name, rec["exe"], args, port=port)
+    pki = STATE / "pki"
+    if name == "kube-apiserver":
+        wait_for(f"{name} /readyz", lambda: https_ok(port, "/readyz", pki), 120, p, name)
+    elif name in ("kube-controller-manager", "kube-scheduler"):
+        wait_for(f"{name} /healthz", lambda: https_ok(port, "/healthz"), 60, p, name)
+    elif name == "etcd":
+        wait_for("etcd /health", lambda: http_ok(f"http://127.0.0.1:{port}/health"), 30, p, name)
+    else:
+        wait_for(f"{name} port", lambda: listening(port), 30, p, name)
+    ready = time.time()
+    print(f"{name} restarted: stopping took {stopped - t0:.1f}s, down {restarted - stopped:.1f}s, "
+          f"ready {ready - restarted:.1f}s after the start (pid {p.pid})")
+    return 0
+
+
 def cmd_env():
     """Shell lines for `eval`: the lab's kubectl (matches the server) first on PATH, KUBECONFIG."""
     if (STATE / "bins.json").exists():
@@ -412,9 +475,9 @@ def cmd_env():
 def main(argv):
     cmds = {"up": cmd_up, "down": cmd_down, "status": cmd_status,
             "env": cmd_env,
-            "add-node": cmd_add_node, "remove-node": cmd_remove_node}
+            "add-node": cmd_add_node, "remove-node": cmd_remove_node, "restart": cmd_restart}
     if not argv or argv[0] not in cmds:
-        die(f"usage: labctl {{{'|'.join(cmds)}}} [NODE]")
+        die(f"usage: labctl {{{'|'.join(cmds)}}} [NODE | COMPONENT [--down SECONDS] [--kill]]")
     try:
         return cmds[argv[0]](*argv[1:])
     except subprocess.CalledProcessError as e:

@@ -156,10 +156,44 @@ def test_transient_errors_are_retried_then_succeed(first):
 
 
 def test_transient_errors_until_the_deadline():
-    core, clock, exc = run_evict({"trainer-1": [api_error(503, "unavailable")]}, deadline=10)
+    core, clock, exc = run_evict({"trainer-1": [api_error(503, "unavailable")]}, deadline=90)
     assert exc.kind == drain.KIND_UNAVAILABLE and exc.status == 503 and exc.pod == "default/trainer-1"
-    assert "unavailable" in str(exc) and clock.t <= 10
+    assert "unavailable" in str(exc) and 85 <= clock.t <= 90
     assert core.count("trainer-1") == len(clock.sleeps) + 1 > 2
+
+
+def test_transient_errors_get_at_least_60s_even_near_the_deadline():
+    # A step 10 s from its deadline still rides out an API server restart: 60 s of retries, not 10.
+    core, clock, exc = run_evict({"trainer-1": [api_error(503, "unavailable")]}, deadline=10)
+    assert exc.kind == drain.KIND_UNAVAILABLE and 55 <= clock.t <= 60
+
+
+def test_apiserver_restart_in_the_middle_of_pdb_refusals():
+    # 429 (PDB), then 20 s of connection refused, a 403 of the restarted apiserver's unsynced RBAC,
+    # then accepted: one eviction accepted, no failure, the 403 not taken as a refusal.
+    script = [api_error(429, PDB_MSG)] + [conn_refused()] * 6 + [api_error(403, RBAC_MSG), None]
+    core, clock, result = run_evict({"trainer-1": script}, deadline=200)
+    assert result == ["default/trainer-1"]
+    assert core.count("trainer-1") == 9 and clock.t > 15
+
+
+def test_a_403_without_an_outage_before_it_is_final():
+    core, clock, exc = run_evict({"trainer-1": [api_error(429, PDB_MSG), api_error(403, RBAC_MSG), None]}, deadline=200)
+    assert exc.kind == drain.KIND_REFUSED and exc.status == 403 and core.count("trainer-1") == 2
+
+
+def test_a_403_that_lasts_after_an_outage_ends_the_step():
+    core, clock, exc = run_evict({"trainer-1": [conn_refused(), api_error(403, RBAC_MSG)]}, deadline=200)
+    assert exc.kind == drain.KIND_REFUSED and exc.status == 403
+    assert 10 <= clock.t <= 20  # STARTUP_GRACE of retries, then refused
+
+
+def test_a_lost_eviction_answer_is_not_a_second_eviction():
+    # The first eviction went through but its answer was lost (connection reset); the repeat finds the
+    # pod replaced (409 on the uid precondition): done, nothing else evicted.
+    lost = [conn_refused(), api_error(409, "Precondition failed: UID in precondition: x, UID in object meta: y")]
+    core, clock, result = run_evict({"trainer-1": lost}, deadline=5)
+    assert result == ["default/trainer-1"] and core.count("trainer-1") == 2
 
 
 def test_transport_error_until_the_deadline_has_no_status():
@@ -296,6 +330,16 @@ def test_probe_gives_up_on_transient_errors_after_its_budget():
     core = ScriptedCore({"flaky": [api_error(503, "x")]})
     assert drain.probe_evictions(core, [pod("flaky")], budget=10, clock=clock, sleep=clock.sleep) == {}
     assert clock.t <= 10
+
+
+def test_probe_rides_out_a_15s_outage_by_default():
+    clock = Clock()
+    core = ScriptedCore({"frozen": [conn_refused()] * 5 + [api_error(403, VAP_MSG)]})
+    refused = drain.probe_evictions(core, [pod("frozen")], clock=clock, sleep=clock.sleep)
+    # 0.5+1+2+4+5 s of refused connections, then the admission policy's 403 -- which lasts past the
+    # startup grace, so it is the structural refusal the probe reports.
+    assert list(refused) == ["default/frozen"] and "HTTP 403" in refused["default/frozen"]
+    assert all(c[2] == {"dry_run": "All"} for c in core.calls)
 
 
 # --- PDB coverage (D13: policy/v1 selector {} covers the whole namespace) ---

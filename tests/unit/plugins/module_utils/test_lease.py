@@ -6,6 +6,8 @@ import datetime as dt
 import json
 
 import pytest
+import urllib3
+from kubernetes.client.rest import ApiException
 
 from ansible_collections.npuops.fleet.plugins.module_utils import lease as L
 
@@ -190,3 +192,142 @@ def test_takeover_of_expired():
     r = manager(api).acquire("a/1", 60, now_fn=lambda: NOW)
     assert r["action"] == "take_over" and r["previous"]["holder"] == "old/0"
     assert api.obj["spec"]["leaseTransitions"] == 3
+
+
+# --- API server outages: transient errors retried, lost answers recognised as this call's write ---
+class RealApiException(ApiException):
+    """kubernetes' ApiException (what k8s_retry classifies), built from a status."""
+
+    def __init__(self, status):
+        super().__init__(status=status, reason="status %d" % status)
+
+
+class RealK8s(FakeK8s):
+    ApiException = ApiException
+
+
+class LossyApi(FakeApi):
+    """FakeApi whose first ``down`` calls fail with connection refused (the apiserver is down) and
+    whose write named by ``lose`` is applied but answered with a connection reset (answer lost)."""
+
+    def __init__(self, obj=None, down=0, lose=None):
+        super().__init__(obj)
+        self.down, self.lose, self.calls = down, lose, []
+
+    def _gate(self, what):
+        self.calls.append(what)
+        if self.down:
+            self.down -= 1
+            raise urllib3.exceptions.MaxRetryError(None, "/leases", ConnectionRefusedError(111, "refused"))
+
+    def _maybe_lose(self, what):
+        if self.lose == what:
+            self.lose = None
+            raise urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError(104, "reset"))
+
+    def read_namespaced_lease(self, name, ns, **kw):
+        self._gate("read")
+        try:
+            return super().read_namespaced_lease(name, ns, **kw)
+        except FakeApiException as exc:
+            raise RealApiException(exc.status)
+
+    def create_namespaced_lease(self, ns, body, **kw):
+        self._gate("create")
+        try:
+            resp = super().create_namespaced_lease(ns, body, **kw)
+        except FakeApiException as exc:
+            raise RealApiException(exc.status)
+        self._maybe_lose("create")
+        return resp
+
+    def replace_namespaced_lease(self, name, ns, body, **kw):
+        self._gate("replace")
+        try:
+            resp = super().replace_namespaced_lease(name, ns, body, **kw)
+        except FakeApiException as exc:
+            raise RealApiException(exc.status)
+        self._maybe_lose("replace")
+        return resp
+
+    def delete_namespaced_lease(self, name, ns, body=None, **kw):
+        self._gate("delete")
+        try:
+            super().delete_namespaced_lease(name, ns, body, **kw)
+        except FakeApiException as exc:
+            raise RealApiException(exc.status)
+        self._maybe_lose("delete")
+
+
+def real_manager(api):
+    m = manager(api)
+    m.k8s = RealK8s
+    return m
+
+
+def test_acquire_waits_out_an_outage():
+    api = LossyApi(down=3)  # 0.5 + 1 + 2 s of refused connections
+    r = real_manager(api).acquire("a/1", 60, now_fn=lambda: NOW)
+    assert r["action"] == "create" and r["changed"] and api.obj["spec"]["holderIdentity"] == "a/1"
+    assert api.calls == ["read"] * 4 + ["create"]
+
+
+def test_lost_create_answer_is_our_create_not_a_conflict():
+    api = LossyApi(lose="create")
+    r = real_manager(api).acquire("a/1", 60, now_fn=lambda: NOW)
+    # the repeat got 409 AlreadyExists; the lease shows our holder and renewTime: it was our write
+    assert r["action"] == "create" and r["changed"]
+    assert r["lease"]["spec"]["holderIdentity"] == "a/1" and r["lease"]["spec"]["renewTime"] == L.fmt_time(NOW)
+    assert api.calls == ["read", "create", "create", "read"] and api.obj["spec"]["leaseTransitions"] == 0
+
+
+def test_lost_renew_answer_is_our_renew():
+    api = LossyApi(lease(holder="a/1", renew_ago=30, rv="10"), lose="replace")
+    api.rv = 10
+    r = real_manager(api).acquire("a/1", 60, now_fn=lambda: NOW)
+    assert r["action"] == "renew" and r["lease"]["spec"]["renewTime"] == L.fmt_time(NOW)
+    assert api.calls == ["read", "replace", "replace", "read"] and api.rv == 11  # written once
+
+
+def test_conflict_from_another_writer_is_still_decided_again():
+    # 409 whose lease shows another holder is not ours: read again and refuse.
+    api = LossyApi()
+
+    def other_creates(a):
+        a._bump({"metadata": {"name": L.DEFAULT_NAME}, "spec": {
+            "holderIdentity": "b/2", "leaseDurationSeconds": 60,
+            "acquireTime": L.fmt_time(NOW), "renewTime": L.fmt_time(NOW)}})
+
+    api.interfere = other_creates
+    with pytest.raises(L.LeaseHeldError, match="held by b/2"):
+        real_manager(api).acquire("a/1", 60, now_fn=lambda: NOW)
+
+
+def test_lost_delete_answer_is_our_release():
+    api = LossyApi(lease(holder="a/1", rv="10"), lose="delete")
+    r = real_manager(api).release("a/1", now_fn=lambda: NOW)
+    assert r["action"] == "release" and r["changed"] and api.obj is None
+    assert api.calls == ["read", "delete", "delete"]
+
+
+def test_delete_of_a_lease_someone_else_removed_is_absent():
+    api = LossyApi(lease(holder="a/1", rv="10"))
+
+    m = real_manager(api)
+    original = api.delete_namespaced_lease
+
+    def removed_first(name, ns, body=None, **kw):
+        api.obj = None  # removed by an admin between our read and our delete
+        return original(name, ns, body, **kw)
+
+    api.delete_namespaced_lease = removed_first
+    r = m.release("a/1", now_fn=lambda: NOW)
+    assert r["action"] == "absent" and not r["changed"]
+
+
+def test_written_by_us_compares_holder_and_renew_instant():
+    spec = {"holderIdentity": "a/1", "renewTime": "2026-11-29T09:30:00.000000Z"}
+    assert L.written_by_us({"spec": {"holderIdentity": "a/1", "renewTime": "2026-11-29T09:30:00Z"}}, spec)
+    assert not L.written_by_us({"spec": {"holderIdentity": "b/2", "renewTime": "2026-11-29T09:30:00Z"}}, spec)
+    assert not L.written_by_us({"spec": {"holderIdentity": "a/1", "renewTime": "2026-11-29T09:30:01Z"}}, spec)
+    assert not L.written_by_us(None, spec)
