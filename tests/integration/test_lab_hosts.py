@@ -7,6 +7,7 @@ are left alone; the reboot test creates its own kwok Node and a host behind it (
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -236,14 +237,10 @@ def test_reboot_node_notready_ready_and_ansible_reboot(core_v1, node_host, tmp_p
     hx(c, "rmmod nvidia_drm nvidia_modeset nvidia_uvm nvidia && modprobe nvidia")
     wait_label(core_v1, name, "nvidia.com/cuda.driver.major", "580")
 
-    # ansible.builtin.reboot with the lab inventory's boot_time_command
+    # ansible.builtin.reboot over ssh with the lab inventory's boot_time_command (its group_vars
+    # give the scratch host the ssh connection: 127.0.0.1 + the host's port from ports.json)
     inv = tmp_path / "hosts.yml"
-    inv.write_text(
-        "all:\n  hosts:\n"
-        f"    {name}:\n      ansible_host: {c}\n"
-        "      ansible_connection: containers.podman.podman\n"
-        f"      ansible_podman_executable: {PODMAN}\n"
-        "      ansible_python_interpreter: /usr/bin/python3\n")
+    inv.write_text(f"all:\n  hosts:\n    {name}:\n")
     play = tmp_path / "reboot.yml"
     play.write_text(
         f"- hosts: {name}\n  gather_facts: true\n  tasks:\n"
@@ -288,3 +285,64 @@ def test_node_labels_follow_host_state(core_v1):
         assert ok, (name, kernel, version, labels)
         info = core_v1.read_node(name).status.node_info
         assert info.kernel_version == kernel
+
+
+# ------------------------------------------------------------------ ssh transport
+def ansible_adhoc(name, tmp_path, *args, timeout=120):
+    """`ansible NAME -m ...` through inventories/lab (ssh) plus a one-host inventory for NAME."""
+    inv = tmp_path / "scratch.yml"
+    inv.write_text(f"all:\n  hosts:\n    {name}:\n")
+    env = {k: v for k, v in os.environ.items() if k != "CONTAINERS_CONF"}
+    env.update(NPUOPS_LAB_DIR=str(lab_dir()), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    t0 = time.monotonic()
+    r = subprocess.run([str(REPO / ".venv" / "bin" / "ansible"), name, "-i", str(REPO / "inventories" / "lab"),
+                        "-i", str(inv), *args], capture_output=True, text=True, timeout=timeout,
+                       env=env, cwd=REPO, check=False)
+    return r, time.monotonic() - t0
+
+
+def test_ssh_unreachable_when_stopped_and_reboot(scratch, tmp_path):
+    """The hosts are reached over real ssh (127.0.0.1:<port> -> the container's sshd, the lab's key):
+    a stopped host is UNREACHABLE with ssh's own message, like a dead machine of a fleet, and
+    reachable again once started; ansible.builtin.reboot works across the container restart."""
+    c = scratch()
+    name = c[len("npuops-"):]
+    port = int(hostctl("ssh-port", name))
+    assert json.loads((lab_dir() / "ssh" / "ports.json").read_text())[name] == port
+    r, _ = ansible_adhoc(name, tmp_path, "-m", "ansible.builtin.ping")
+    assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout + r.stderr
+    # it really is sshd: the command runs in an sshd session of root, on the forwarded port
+    r, _ = ansible_adhoc(name, tmp_path, "-m", "ansible.builtin.command", "-a", "printenv SSH_CONNECTION")
+    assert r.returncode == 0 and r.stdout.rstrip().endswith(" 22"), r.stdout + r.stderr
+    # password logins are refused: root logs in with the lab key only
+    pw = subprocess.run(["ssh", "-p", str(port), "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+                         "-o", "BatchMode=yes", "-o", "PubkeyAuthentication=no", "root@127.0.0.1", "true"],
+                        capture_output=True, text=True, timeout=30, check=False)
+    assert pw.returncode == 255 and "Permission denied" in pw.stderr, pw.stderr
+
+    stop = subprocess.run([str(PODMAN), "stop", "-t", "10", c], capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert stop.returncode == 0, stop.stderr
+    r, took = ansible_adhoc(name, tmp_path, "-m", "ansible.builtin.ping")
+    out = r.stdout + r.stderr
+    assert r.returncode == 4, out  # ansible's rc for unreachable hosts
+    assert "UNREACHABLE!" in out and '"unreachable": true' in out, out
+    assert f"ssh: connect to host 127.0.0.1 port {port}: Connection refused" in out, out
+    assert "deserialization" not in out, out
+    assert took < 30, took
+    print(f"UNREACHABLE reported after {took:.1f}s (whole ansible run)")
+
+    start = subprocess.run([str(PODMAN), "start", c], capture_output=True, text=True, timeout=60, check=False)
+    assert start.returncode == 0, start.stderr
+    hostctl("wait-boot", name, "--timeout", "120")
+    r, _ = ansible_adhoc(name, tmp_path, "-m", "ansible.builtin.ping")
+    assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout + r.stderr
+
+    # reboot over ssh: the master connection dies with the container, the module reconnects
+    before = boot_marker(c)
+    r, took = ansible_adhoc(name, tmp_path, "-m", "ansible.builtin.reboot", "-a",
+                            "boot_time_command={{ npuops_fleet_boot_time_command }} reboot_timeout=180",
+                            timeout=300)
+    assert r.returncode == 0 and '"rebooted": true' in r.stdout, r.stdout + r.stderr
+    assert boot_marker(c) != before
+    print(f"ansible.builtin.reboot over ssh: {took:.1f}s")

@@ -12,20 +12,29 @@
   hostctl rm NAME          remove one host (scratch or scenario)
   hostctl provision NAME   (re)install the scenario's kernel + driver on a host and reboot it
   hostctl wait-boot NAME [--after MARKER] [--timeout S]   wait until the host has booted
+  hostctl ssh-port NAME    the host's loopback ssh port (also in $NPUOPS_LAB_DIR/ssh/ports.json)
+
+SSH: every host runs sshd; root logs in with the per-lab key $NPUOPS_LAB_DIR/ssh/id_ed25519 over
+127.0.0.1:<port> (podman bridge network + port forward); $NPUOPS_LAB_DIR/ssh/config has a Host
+entry per host (`ssh -F $NPUOPS_LAB_DIR/ssh/config lab-node-0`).
 
 Environment: NPUOPS_LAB_DIR (state, default /tmp/npuops-lab), KUBECONFIG (for the node agent),
+NPUOPS_LAB_PORT_OFFSET (shifts the ssh ports, as labctl's),
 NPUOPS_LAB_CACHE (default ~/.cache/npuops-lab), NPUOPS_LAB_SCENARIO (default tests/lab/scenario.yaml).
 """
 import argparse
 import concurrent.futures
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
+import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
@@ -34,11 +43,21 @@ STATE = os.path.abspath(os.environ.get("NPUOPS_LAB_DIR", "/tmp/npuops-lab"))
 CACHE = os.environ.get("NPUOPS_LAB_CACHE", os.path.expanduser("~/.cache/npuops-lab"))
 SCENARIO = os.environ.get("NPUOPS_LAB_SCENARIO", os.path.join(ROOT, "tests", "lab", "scenario.yaml"))
 HOSTS_DIR = os.path.join(STATE, "hosts")
+SSH_DIR = os.path.join(STATE, "ssh")
+# ssh port of host NAME: 13000 + offset + slot, slot = crc32(NAME) % 100, probing to the next free
+# slot on a collision (recorded in ssh/ports.json, so a name keeps its port for the lab's life).
+# 100 slots: labs shifted by NPUOPS_LAB_PORT_OFFSET=100, 200, ... never overlap.
+SSH_PORT_BASE = 13000 + int(os.environ.get("NPUOPS_LAB_PORT_OFFSET", "0"))
+SSH_PORT_SLOTS = 100
+# the lab's own ssh options: host keys are generated per container at first boot and change with
+# every recreated host, so checking them is off (lab only, never on a fleet)
+SSH_OPTS = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+            "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=5", "-o", "BatchMode=yes"]
 PREFIX = "npuops-"
 IMAGE = "localhost/npuops-lab-host"
 MIRROR = "http://deb.debian.org/debian"
 BASE_PACKAGES = ["systemd", "systemd-sysv", "dbus", "python3", "apt", "apt-utils",
-                 "unattended-upgrades", "kmod", "psmisc", "procps"]
+                 "unattended-upgrades", "kmod", "psmisc", "procps", "openssh-server"]
 KMOD_TOOLS = ["/sbin/modprobe", "/sbin/rmmod", "/sbin/insmod", "/sbin/lsmod", "/sbin/depmod",
               "/sbin/modinfo", "/bin/lsmod"]
 OS = {  # VERSION_ID -> (codename, VERSION, PRETTY_NAME default)
@@ -128,6 +147,11 @@ systemctl enable npuops-lab-boot.service >/dev/null 2>&1
 systemctl disable apt-daily.timer apt-daily-upgrade.timer >/dev/null 2>&1 || true
 systemctl mask getty@tty1.service console-getty.service >/dev/null 2>&1 || true
 systemctl set-default multi-user.target >/dev/null 2>&1
+# sshd: host keys are made at each container's first boot (ssh.service drop-in), not shared by all;
+# pam_loginuid cannot write /proc/self/loginuid without CAP_AUDIT_CONTROL (refused in a container)
+rm -f /etc/ssh/ssh_host_*
+sed -i 's/^session[[:space:]]*required[[:space:]]*pam_loginuid.so/session optional pam_loginuid.so/' /etc/pam.d/sshd
+systemctl enable ssh.service >/dev/null 2>&1
 : > /etc/machine-id
 rm -rf /var/cache/apt/*.bin /var/lib/apt/lists/*
 """ % " ".join(KMOD_TOOLS)
@@ -240,8 +264,84 @@ def os_release(spec):
             % (pretty, vid, ver, code, code)), code
 
 
+def ensure_ssh_key():
+    """The lab's key pair (root's login on every host); the public half is bind-mounted."""
+    key = os.path.join(SSH_DIR, "id_ed25519")
+    os.makedirs(SSH_DIR, mode=0o700, exist_ok=True)
+    with open(os.path.join(SSH_DIR, ".lock"), "w") as lk:
+        fcntl.flock(lk, fcntl.LOCK_EX)
+        if not os.path.exists(key):
+            run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "npuops-lab@" + STATE,
+                 "-f", key], quiet=True)
+            shutil.copyfile(key + ".pub", os.path.join(SSH_DIR, "authorized_keys"))
+    return key
+
+
+def port_free(port):
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def ssh_port(name, allocate=True):
+    """The host's loopback ssh port (deterministic per name; see SSH_PORT_BASE)."""
+    os.makedirs(SSH_DIR, mode=0o700, exist_ok=True)
+    path = os.path.join(SSH_DIR, "ports.json")
+    with open(os.path.join(SSH_DIR, ".lock"), "w") as lk:
+        fcntl.flock(lk, fcntl.LOCK_EX)
+        try:
+            ports = json.load(open(path))
+        except (OSError, ValueError):
+            ports = {}
+        if name in ports or not allocate:
+            return ports.get(name)
+        used = set(ports.values())
+        slot = zlib.crc32(name.encode()) % SSH_PORT_SLOTS
+        for i in range(SSH_PORT_SLOTS):
+            port = SSH_PORT_BASE + (slot + i) % SSH_PORT_SLOTS
+            if port not in used and port_free(port):
+                break
+        else:
+            raise RuntimeError("no free ssh port in %d..%d" % (SSH_PORT_BASE, SSH_PORT_BASE + SSH_PORT_SLOTS - 1))
+        ports[name] = port
+        with open(path + ".tmp", "w") as f:
+            json.dump(ports, f, indent=1, sort_keys=True)
+        os.rename(path + ".tmp", path)
+        # ssh_config for people and scripts: `ssh -F $NPUOPS_LAB_DIR/ssh/config <host>`
+        with open(os.path.join(SSH_DIR, "config.tmp"), "w") as f:
+            for n, p in sorted(ports.items()):
+                f.write("Host %s\n  HostName 127.0.0.1\n  Port %d\n" % (n, p))
+            f.write("Host *\n  User root\n  IdentityFile %s\n  IdentitiesOnly yes\n%s" % (
+                os.path.join(SSH_DIR, "id_ed25519"),
+                "".join("  %s\n" % o.replace("=", " ") for o in SSH_OPTS[1::2])))
+        os.rename(os.path.join(SSH_DIR, "config.tmp"), os.path.join(SSH_DIR, "config"))
+        return port
+
+
+def ssh_cmd(name, *command):
+    return (["ssh", "-i", ensure_ssh_key(), "-p", str(ssh_port(name)), *SSH_OPTS, "root@127.0.0.1"]
+            + list(command))
+
+
+def wait_ssh(name, timeout=30):
+    """sshd answers with the lab key (what Ansible needs); after wait_boot it normally does at once."""
+    t0 = time.time()
+    while True:
+        r = run(ssh_cmd(name, "true"), check=False, quiet=True)
+        if r.returncode == 0:
+            return
+        if time.time() - t0 > timeout:
+            raise RuntimeError("%s: ssh to 127.0.0.1:%s failed: %s" % (name, ssh_port(name), r.stderr))
+        time.sleep(0.5)
+
+
 def create_host(name, spec, image, repo, node=True):
     d = hostdir(name)
+    key = ensure_ssh_key()
+    port = ssh_port(name)
     if os.path.isdir(d):
         shutil.rmtree(d)
     os.makedirs(os.path.join(d, "sysmodule"))
@@ -259,13 +359,16 @@ def create_host(name, spec, image, repo, node=True):
         json.dump(spec, f)
     podman("rm", "-f", "-v", cname(name), check=False, quiet=True)
     podman("run", "-d", "--name", cname(name), "--hostname", name,
-           "--systemd=always", "--restart=always", "--network=none",
+           "--systemd=always", "--restart=always",
+           # a real TCP path for ssh: CNI bridge + loopback-only port forward (see README)
+           "--network=bridge", "-p", "127.0.0.1:%d:22" % port,
            "--label", "npuops-lab-host=" + name, "--label", "npuops-lab-dir=" + STATE,
            # hosts the node agent keeps behind their Node (a Node of that name must exist)
            *(["--label", "npuops-lab-agent=" + STATE] if node else []),
            "-v", "%s:/var/lib/npuops-lab/host" % d,
            "-v", "%s:/sys/module" % os.path.join(d, "sysmodule"),
            "-v", "%s:/srv/npuops-lab-repo:ro" % repo,
+           "-v", "%s:/etc/ssh/npuops-lab_authorized_keys:ro" % (os.path.join(os.path.dirname(key), "authorized_keys")),
            image, "/sbin/init", quiet=True)
     wait_boot(name, timeout=60)
     # simulated OS identity + the lab apt source for that codename
@@ -332,18 +435,25 @@ def container_running(name):
     return r.returncode == 0 and r.stdout.strip() == "true"
 
 
+def container_image(name):
+    r = podman("container", "inspect", "-f", "{{.ImageName}}", cname(name), check=False,
+               capture=True, quiet=True)
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
 def start_host(name, spec, image, repo):
     d = hostdir(name)
     try:
         prov = json.load(open(os.path.join(d, "provisioned")))
     except (OSError, ValueError):
         prov = None
-    if prov == spec and container_running(name):
+    if prov == spec and container_running(name) and container_image(name) == image:
         log("%s: already up" % name)
         return
     t0 = time.time()
     create_host(name, spec, image, repo)
     provision(name, spec)
+    wait_ssh(name)
     log("%s: up (kernel %s, driver %s) in %.0fs" % (name, spec.get("kernel"), spec.get("driver"),
                                                     time.time() - t0))
 
@@ -450,8 +560,9 @@ def cmd_status(a):
             p = os.path.join(d, "sysmodule", m, "version")
             if os.path.exists(p):
                 mods.append("%s %s" % (m, open(p).read().strip()))
-        print("%-14s %-8s boot=%-10s kernel=%-22s loaded=%s" % (
-            n, "running" if container_running(n) else "down", boot_marker(n) or "-", kern,
+        print("%-14s %-8s ssh=127.0.0.1:%-5s boot=%-10s kernel=%-22s loaded=%s" % (
+            n, "running" if container_running(n) else "down", ssh_port(n, allocate=False) or "-",
+            boot_marker(n) or "-", kern,
             ", ".join(mods) or "-"))
 
 
@@ -466,6 +577,7 @@ def cmd_spawn(a):
     create_host(a.name, spec, img, repo, node=a.node)
     if a.kernel or a.driver:
         provision(a.name, spec)
+    wait_ssh(a.name)
     if a.node:
         start_agent()
     print(cname(a.name))
@@ -479,6 +591,10 @@ def cmd_rm(a):
 def cmd_provision(a):
     spec = scenario_hosts().get(a.name) or json.load(open(os.path.join(hostdir(a.name), "spec.json")))
     provision(a.name, spec)
+
+
+def cmd_ssh_port(a):
+    print(ssh_port(a.name))
 
 
 def cmd_wait_boot(a):
@@ -515,6 +631,9 @@ def main():
     s.add_argument("--after")
     s.add_argument("--timeout", type=float, default=90)
     s.set_defaults(fn=cmd_wait_boot)
+    s = sub.add_parser("ssh-port")
+    s.add_argument("name")
+    s.set_defaults(fn=cmd_ssh_port)
     a = p.parse_args()
     a.fn(a)
 
