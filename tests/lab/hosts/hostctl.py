@@ -45,7 +45,8 @@ SCENARIO = os.environ.get("NPUOPS_LAB_SCENARIO", os.path.join(ROOT, "tests", "la
 HOSTS_DIR = os.path.join(STATE, "hosts")
 SSH_DIR = os.path.join(STATE, "ssh")
 # ssh port of host NAME: 13000 + offset + slot, slot = crc32(NAME) % 100, probing to the next free
-# slot on a collision (recorded in ssh/ports.json, so a name keeps its port for the lab's life).
+# slot on a collision (recorded in ssh/ports.json until `rm`/`down`; the same name gets the same
+# port again unless its slot was taken meanwhile).
 # 100 slots: labs shifted by NPUOPS_LAB_PORT_OFFSET=100, 200, ... never overlap.
 SSH_PORT_BASE = 13000 + int(os.environ.get("NPUOPS_LAB_PORT_OFFSET", "0"))
 SSH_PORT_SLOTS = 100
@@ -286,8 +287,9 @@ def port_free(port):
             return False
 
 
-def ssh_port(name, allocate=True):
-    """The host's loopback ssh port (deterministic per name; see SSH_PORT_BASE)."""
+def ssh_port(name, allocate=True, release=False):
+    """The host's loopback ssh port (deterministic per name; see SSH_PORT_BASE). release=True frees
+    it (`rm`, `down`), so scratch hosts with fresh names do not use up the 100 slots."""
     os.makedirs(SSH_DIR, mode=0o700, exist_ok=True)
     path = os.path.join(SSH_DIR, "ports.json")
     with open(os.path.join(SSH_DIR, ".lock"), "w") as lk:
@@ -296,17 +298,12 @@ def ssh_port(name, allocate=True):
             ports = json.load(open(path))
         except (OSError, ValueError):
             ports = {}
-        if name in ports or not allocate:
+        if release:
+            port = ports.pop(name, None)
+        elif name in ports or not allocate:
             return ports.get(name)
-        used = set(ports.values())
-        slot = zlib.crc32(name.encode()) % SSH_PORT_SLOTS
-        for i in range(SSH_PORT_SLOTS):
-            port = SSH_PORT_BASE + (slot + i) % SSH_PORT_SLOTS
-            if port not in used and port_free(port):
-                break
         else:
-            raise RuntimeError("no free ssh port in %d..%d" % (SSH_PORT_BASE, SSH_PORT_BASE + SSH_PORT_SLOTS - 1))
-        ports[name] = port
+            port = alloc_port(name, ports)
         with open(path + ".tmp", "w") as f:
             json.dump(ports, f, indent=1, sort_keys=True)
         os.rename(path + ".tmp", path)
@@ -319,6 +316,19 @@ def ssh_port(name, allocate=True):
                 "".join("  %s\n" % o.replace("=", " ") for o in SSH_OPTS[1::2])))
         os.rename(os.path.join(SSH_DIR, "config.tmp"), os.path.join(SSH_DIR, "config"))
         return port
+
+
+def alloc_port(name, ports):
+    used = set(ports.values())
+    slot = zlib.crc32(name.encode()) % SSH_PORT_SLOTS
+    for i in range(SSH_PORT_SLOTS):
+        port = SSH_PORT_BASE + (slot + i) % SSH_PORT_SLOTS
+        if port not in used and port_free(port):
+            break
+    else:
+        raise RuntimeError("no free ssh port in %d..%d" % (SSH_PORT_BASE, SSH_PORT_BASE + SSH_PORT_SLOTS - 1))
+    ports[name] = port
+    return port
 
 
 def ssh_cmd(name, *command):
@@ -544,6 +554,7 @@ def cmd_down(a):
     stop_agent()
     for c in all_lab_containers():
         podman("rm", "-f", "-v", "-t", "5", c, check=False, quiet=True)
+        ssh_port(c[len(PREFIX):], release=True)
     shutil.rmtree(HOSTS_DIR, ignore_errors=True)
     log("hosts removed")
 
@@ -586,6 +597,7 @@ def cmd_spawn(a):
 def cmd_rm(a):
     podman("rm", "-f", "-v", "-t", "5", cname(a.name), check=False, quiet=True)
     shutil.rmtree(hostdir(a.name), ignore_errors=True)
+    ssh_port(a.name, release=True)
 
 
 def cmd_provision(a):
