@@ -200,7 +200,7 @@ def wait_admission(
     node_name: str,
     token: str,
     timeout: Optional[float],
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Callable[[float], None] = k8s_wait.pause,
     clock: Callable[[], float] = time.monotonic,
 ) -> tuple[Optional[float], Optional[str]]:
     """Wait until ``node_name`` is admitted and claim its slot: ``(since, None)`` when claimed (the
@@ -264,7 +264,7 @@ def wait_verdict(
     policy: Any,
     node_name: str,
     timeout: Optional[float],
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Callable[[float], None] = k8s_wait.pause,
     clock: Callable[[], float] = time.monotonic,
 ) -> Optional[str]:
     """Wait (polling 1-5 s) until :func:`check_admission` admits ``node_name``; None, or the last

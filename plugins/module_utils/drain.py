@@ -249,7 +249,7 @@ def evict(
     deadline: Optional[float],
     on_refusal: Optional[Callable[[str, str], None]] = None,
     clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Callable[[float], None] = k8s_wait.pause,
 ) -> list[str]:
     """Evict ``pods`` (pod dicts); retry PDB refusals (429) with backoff until ``deadline``.
 
@@ -338,7 +338,7 @@ def _evict_once(
     deadline: Optional[float],
     dry_run: bool = False,
     clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Callable[[float], None] = k8s_wait.pause,
     min_budget: float = k8s_retry.DEFAULT_BUDGET,
 ) -> None:
     """One eviction call; retries only OUTCOME_RETRY errors (transport, transient 5xx) -- and the
@@ -371,7 +371,7 @@ def probe_evictions(
     pods: Iterable[Mapping[str, Any]],
     budget: float = k8s_retry.DEFAULT_BUDGET,
     clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Callable[[float], None] = k8s_wait.pause,
 ) -> dict[str, str]:
     """Read-only preflight: ask the Eviction API with server-side dry run (``dryRun=All``) for each pod.
 

@@ -23,6 +23,32 @@ except ImportError:  # pragma: no cover - reported by the module
 
 WATCH_CHUNK = 50  # seconds per watch request; the server closes it, we relist and go on
 
+# Work that must go on while a module waits (renewing the run's Lease, run_lease.LeaseKeepalive):
+# called from every wait - each list and watch event of wait_for, each pause() of a retry loop.
+# A module process runs one step, so the registry is per run; an exception raised by a heartbeat
+# (the Lease is lost) ends the wait.
+_HEARTBEATS: list[Callable[[], None]] = []
+
+
+def add_heartbeat(fn: Callable[[], None]) -> None:
+    """Register ``fn`` (cheap when not due: it rate-limits itself) to be called while waiting."""
+    _HEARTBEATS.append(fn)
+
+
+def clear_heartbeats() -> None:
+    del _HEARTBEATS[:]
+
+
+def heartbeat() -> None:
+    for fn in list(_HEARTBEATS):
+        fn()
+
+
+def pause(seconds: float) -> None:
+    """``time.sleep`` for the waits' retry loops, with the heartbeats first."""
+    heartbeat()
+    time.sleep(seconds)
+
 
 @dataclass
 class WaitResult:
@@ -57,6 +83,7 @@ def wait_for(
         return None if end is None else end - clock()
 
     while True:
+        heartbeat()
         try:
             data = list_raw(list_fn, deadline=end, **list_kwargs)
         except Exception as exc:  # noqa: BLE001
@@ -82,6 +109,7 @@ def wait_for(
                 _request_timeout=chunk + 10,
                 **list_kwargs,
             ):
+                heartbeat()
                 obj = event.get("object") or {}
                 uid = (obj.get("metadata") or {}).get("uid")
                 if uid is None:

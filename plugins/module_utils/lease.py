@@ -82,8 +82,14 @@ def lease_state(lease: Optional[Mapping[str, Any]], now: dt.datetime) -> dict[st
     }
 
 
-def decide_acquire(lease: Optional[Mapping[str, Any]], holder: str, now: dt.datetime) -> dict[str, Any]:
-    """``{action, ...}`` with action create | renew | take_over | acquire_free | refuse."""
+def decide_acquire(
+    lease: Optional[Mapping[str, Any]], holder: str, now: dt.datetime, take_over: Optional[str] = None
+) -> dict[str, Any]:
+    """``{action, ...}`` with action create | renew | take_over | acquire_free | refuse.
+
+    ``take_over``: the holder whose still-valid lease may be taken (an operator who knows that run
+    is dead, e.g. its ansible-playbook was killed); any other valid holder is refused.
+    """
     if lease is None:
         return {"action": "create"}
     st = lease_state(lease, now)
@@ -91,7 +97,7 @@ def decide_acquire(lease: Optional[Mapping[str, Any]], holder: str, now: dt.date
         return {"action": "renew", "state": st}
     if not st["holder"]:
         return {"action": "acquire_free", "state": st}
-    if st["valid"]:
+    if st["valid"] and not (take_over and st["holder"] == take_over):
         return {"action": "refuse", "state": st}
     return {"action": "take_over", "state": st}
 
@@ -140,8 +146,9 @@ def refuse_message(name: str, namespace: str, st: Mapping[str, Any], now: dt.dat
     left = int((exp - now).total_seconds()) if exp else 0
     return (
         "lease %s/%s is held by %s since %s (renewed %s, expires %s, in %ds); another run is in its "
-        "maintenance window. Wait, or release it from that run (state=absent with its holder)"
-        % (namespace, name, st["holder"], st["acquire_time"], st["renew_time"], st["expires"], left)
+        "maintenance window. Wait, or release it from that run (state=absent with its holder); if that "
+        "run is dead (killed), take the lease over explicitly with take_over=%s"
+        % (namespace, name, st["holder"], st["acquire_time"], st["renew_time"], st["expires"], left, st["holder"])
     )
 
 
@@ -224,12 +231,16 @@ class LeaseManager:
             )
         return json.loads(resp.data)
 
-    def acquire(self, holder: str, ttl: int, check_mode: bool = False, now_fn=now_utc) -> dict[str, Any]:
-        """Returns ``{action, changed, taken_over, previous, lease}``; raises LeaseHeldError."""
+    def acquire(
+        self, holder: str, ttl: int, check_mode: bool = False, now_fn=now_utc, take_over: Optional[str] = None
+    ) -> dict[str, Any]:
+        """Returns ``{action, changed, taken_over, previous, lease}``; raises LeaseHeldError.
+
+        ``take_over``: see :func:`decide_acquire`."""
         for _attempt in range(MAX_CONFLICT_RETRIES):
             lease = self.read()
             now = now_fn()
-            decision = decide_acquire(lease, holder, now)
+            decision = decide_acquire(lease, holder, now, take_over=take_over)
             previous = decision.get("state")
             if decision["action"] == "refuse":
                 raise LeaseHeldError(refuse_message(self.name, self.namespace, previous, now), lease or {})

@@ -110,6 +110,32 @@ options:
         C(maxParallelUpgrades).
     type: str
     default: kube-system
+  run_lease:
+    description:
+      - The run-wide maintenance Lease (as M(npuops.fleet.npu_upgrade_lease) holds it) to renew while this
+        call waits - admission, jobs, pod deletion, drain, validation - so a wait without bound
+        (C(timeoutSeconds) 0) never outlives the Lease. Renewed at most every O(run_lease.ttl)/3 seconds.
+      - When the Lease is found held by another run, or could not be renewed for its whole TTL, the wait
+        stops and the step fails (before host work through the abort, which restores the node).
+      - Omitted (the default) - nothing is renewed. Ignored in check mode.
+    type: dict
+    suboptions:
+      name:
+        description: Lease name.
+        type: str
+        default: npuops-fleet-maintenance-window
+      namespace:
+        description: Lease namespace.
+        type: str
+        default: kube-system
+      holder:
+        description: This run's holder identity.
+        type: str
+        required: true
+      ttl:
+        description: Seconds, the Lease's C(leaseDurationSeconds) written at each renewal.
+        type: int
+        default: 900
 attributes:
   check_mode:
     support: full
@@ -287,6 +313,15 @@ def main():
         host_at_target=dict(type="bool"),
         baseline=dict(type="dict"),
         admission_namespace=dict(type="str", default="kube-system"),
+        run_lease=dict(
+            type="dict",
+            options=dict(
+                name=dict(type="str", default="npuops-fleet-maintenance-window"),
+                namespace=dict(type="str", default="kube-system"),
+                holder=dict(type="str", required=True),
+                ttl=dict(type="int", default=900),
+            ),
+        ),
     )
     argument_spec.update(AUTH_ARG_SPEC)
     argument_spec.update(PROFILE_ARG_SPEC)
@@ -322,6 +357,17 @@ def main():
     except K8sAuthError as exc:
         module.fail_json(msg=str(exc), node=p["node"])
     counts = count_requests(api_client)
+    if p["run_lease"] and not module.check_mode:
+        from ansible_collections.npuops.fleet.plugins.module_utils import k8s_wait
+        from ansible_collections.npuops.fleet.plugins.module_utils.lease import LeaseManager
+        from ansible_collections.npuops.fleet.plugins.module_utils.run_lease import LeaseKeepalive
+
+        rl = p["run_lease"]
+        if rl["ttl"] < 1:
+            module.fail_json(msg="invalid input, nothing was changed: run_lease.ttl must be >= 1 second",
+                             node=p["node"])
+        k8s_wait.add_heartbeat(LeaseKeepalive(LeaseManager(api_client, rl["namespace"], rl["name"], budget=10),
+                                              rl["holder"], rl["ttl"]).tick)
 
     def secs(value):
         return None if not value else value

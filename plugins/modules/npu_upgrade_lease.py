@@ -52,6 +52,13 @@ options:
       - C(leaseDurationSeconds) - seconds the lease stays valid after each acquire or renew.
     type: int
     default: 3600
+  take_over:
+    description:
+      - Holder identity of a run known to be dead (for example its C(ansible-playbook) was killed) whose
+        lease is still valid; O(state=present) then takes the lease over from exactly that holder
+        (RV(taken_over), RV(previous_holder)). Any other valid holder is still refused. The refusal
+        message names the value to pass.
+    type: str
   state:
     description:
       - C(present) acquires or renews; C(absent) releases if held by O(holder).
@@ -105,7 +112,7 @@ acquired:
   returned: always
   type: bool
 taken_over:
-  description: True when an expired lease of another holder was taken over.
+  description: True when another holder's lease was taken over (expired, or named by O(take_over)).
   returned: always
   type: bool
 previous_holder:
@@ -187,6 +194,7 @@ def argument_spec():
         holder={"type": "str", "required": True},
         ttl={"type": "int", "default": 3600},
         state={"type": "str", "choices": ["present", "absent"], "default": "present"},
+        take_over={"type": "str"},
     )
     return spec
 
@@ -210,7 +218,7 @@ def main():
         mgr = LeaseManager(api_client, p["namespace"], p["name"],
                            labels={"app.kubernetes.io/managed-by": "npuops.fleet"})
         if p["state"] == "present":
-            res = mgr.acquire(holder, p["ttl"], module.check_mode)
+            res = mgr.acquire(holder, p["ttl"], module.check_mode, take_over=(p["take_over"] or "").strip() or None)
         else:
             res = mgr.release(holder, module.check_mode)
     except LeaseHeldError as exc:

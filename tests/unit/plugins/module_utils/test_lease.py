@@ -331,3 +331,13 @@ def test_written_by_us_compares_holder_and_renew_instant():
     assert not L.written_by_us({"spec": {"holderIdentity": "b/2", "renewTime": "2026-11-29T09:30:00Z"}}, spec)
     assert not L.written_by_us({"spec": {"holderIdentity": "a/1", "renewTime": "2026-11-29T09:30:01Z"}}, spec)
     assert not L.written_by_us(None, spec)
+
+
+def test_explicit_take_over_only_from_the_named_holder():
+    # a valid lease of a run known to be dead is taken over only when that exact holder is named
+    assert L.decide_acquire(lease(), "b/2", NOW, take_over="a/1")["action"] == "take_over"
+    assert L.decide_acquire(lease(), "b/2", NOW, take_over="a/9")["action"] == "refuse"
+    assert L.decide_acquire(lease(), "b/2", NOW, take_over="")["action"] == "refuse"
+    assert L.decide_acquire(lease(), "a/1", NOW, take_over="a/1")["action"] == "renew"
+    st = L.lease_state(lease(), NOW)
+    assert "take_over=a/1" in L.refuse_message("x", "kube-system", st, NOW)
