@@ -82,6 +82,13 @@ def policy_v1(api_client):
 
 
 @pytest.fixture(scope="session")
+def coordination_v1(api_client):
+    from kubernetes import client
+
+    return client.CoordinationV1Api(api_client)
+
+
+@pytest.fixture(scope="session")
 def rbac_v1(api_client):
     from kubernetes import client
 

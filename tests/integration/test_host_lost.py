@@ -1,0 +1,172 @@
+"""A host lost over SSH in the middle of the window (lab part 2 hosts, real ssh, real playbook).
+
+Over SSH a stopped host is UNREACHABLE, which Ansible's block/rescue never catches; a batch made only
+of unreachable hosts would end the whole playbook (no summary, Lease kept, node not marked). The
+window must instead mark the node upgrade-failed with a reason naming the host and the step, keep it
+cordoned, write the summary, release its Lease and exit non-zero; once the host is back, a rerun
+finishes the upgrade and restores the host's pre-window state.
+
+A scratch host behind its own kwok Node is used (the scenario hosts are left to other tests), with
+its own Lease name and a policy that admits it whatever else is being upgraded on the lab.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.lab
+
+REPO = Path(__file__).resolve().parents[2]
+HOSTCTL = REPO / "tests" / "lab" / "hosts" / "hostctl"
+PODMAN = REPO / "tests" / "lab" / "hosts" / "bin" / "podman"
+COLLECTIONS = REPO / "build" / "collections"
+STATE = "nvidia.com/gpu-driver-upgrade-state"
+OLD, TARGET = "535.183.06", "550.90.07"
+
+
+def lab_dir() -> Path:
+    return Path(os.environ.get("NPUOPS_LAB_DIR", "/tmp/npuops-lab"))
+
+
+def hostctl(*args: str, timeout: int = 600) -> str:
+    r = subprocess.run([str(HOSTCTL), *args], capture_output=True, text=True, timeout=timeout,
+                       env=dict(os.environ, NPUOPS_LAB_DIR=str(lab_dir())), check=False)
+    assert r.returncode == 0, f"hostctl {' '.join(args)}: {r.stdout[-2000:]}{r.stderr[-2000:]}"
+    return r.stdout
+
+
+def hx(name: str, script: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(PODMAN), "exec", "npuops-" + name, "/bin/sh", "-c", script],
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.fixture
+def gpu_host(core_v1, lab_kubeconfig):
+    """A scratch GPU host (driver OLD) behind its own kwok Node with the GPU presence label."""
+    from kubernetes.client.rest import ApiException
+    from lablib import nodes
+
+    name = f"lab-lost-{uuid.uuid4().hex[:5]}"
+    core_v1.create_node({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
+                     "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                                "kubernetes.io/arch": "amd64", "type": "kwok", "nvidia.com/gpu.present": "true",
+                                nodes.HEARTBEAT_LABEL: "on"}},
+        "spec": {},
+        "status": {"capacity": {"cpu": "4", "memory": "8Gi", "pods": "110", "nvidia.com/gpu": "2"},
+                   "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110", "nvidia.com/gpu": "2"}}})
+    try:
+        nodes.wait_node_ready(core_v1, name, True, timeout=60)
+        hostctl("spawn", name, "--node", "--kernel", "5.15.0-107-generic", "--driver", OLD)
+        wait_for(lambda: (core_v1.read_node(name).metadata.labels or {}).get("nvidia.com/cuda.driver.major") == "535",
+                 90, f"{name}: driver labels from the node agent")
+        yield name
+    finally:
+        subprocess.run([str(HOSTCTL), "rm", name], capture_output=True,
+                       env=dict(os.environ, NPUOPS_LAB_DIR=str(lab_dir())), check=False)
+        try:
+            core_v1.delete_node(name)
+        except ApiException:
+            pass
+
+
+def wait_for(pred, timeout: float, what: str, poll: float = 0.5):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(poll)
+
+
+def window(name: str, kubeconfig: str, report_dir: Path, lease: str) -> subprocess.Popen:
+    link = COLLECTIONS / "ansible_collections" / "npuops" / "fleet"
+    if not link.exists():
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(REPO)
+    inv = report_dir / "hosts.yml"
+    inv.write_text(f"all:\n  children:\n    gpu_nodes:\n      hosts:\n        {name}:\n")
+    policy = {"driver_upgrade_policy": {"maxParallelUpgrades": 0, "maxUnavailable": "100%",
+                                        "drain": {"enable": False}, "reboot": {"enable": False}},
+              "driver_upgrade_target_version": TARGET, "driver_upgrade_connection_timeout": 10,
+              "driver_upgrade_reboot_allowed": False}
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS), NPUOPS_LAB_DIR=str(lab_dir()),
+               KUBECONFIG=kubeconfig, ANSIBLE_NOCOLOR="1", ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default")
+    env.pop("CONTAINERS_CONF", None)
+    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), str(REPO / "playbooks" / "maintenance_window.yml"),
+           "-i", str(REPO / "inventories" / "lab"), "-i", str(inv),
+           "-e", f"maintenance_hosts={name}", "-e", f"maintenance_report_dir={report_dir}",
+           "-e", f"maintenance_lease_name={lease}", "-e", f"npuops_fleet_kubeconfig={kubeconfig}",
+           "-e", json.dumps(policy)]
+    log = open(report_dir / f"run-{time.time():.0f}.log", "w")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(report_dir), text=True)
+
+
+def output(report_dir: Path) -> str:
+    logs = sorted(report_dir.glob("run-*.log"))
+    return logs[-1].read_text()[-5000:] if logs else ""
+
+
+def test_host_lost_during_host_work_is_recorded_and_the_rerun_finishes(core_v1, coordination_v1, gpu_host,
+                                                                       lab_kubeconfig, tmp_path):
+    name = gpu_host
+    report_dir = tmp_path / "reports"
+    report_dir.mkdir()
+    lease = f"lost-test-{uuid.uuid4().hex[:5]}"
+    held_before = set(hx(name, "apt-mark showhold").stdout.split())
+
+    run = window(name, lab_kubeconfig, report_dir, lease)
+    # the node is drained and paused for host work: the host goes away (power, kernel hang, network)
+    wait_for(lambda: run.poll() is not None
+             or (core_v1.read_node(name).metadata.labels or {}).get(STATE) == "pod-restart-required",
+             300, "pod-restart-required")
+    assert run.poll() is None, output(report_dir)
+    subprocess.run([str(PODMAN), "stop", "-t", "0", "npuops-" + name], capture_output=True, check=True, timeout=60)
+    rc = run.wait(timeout=600)
+    out = output(report_dir)
+    assert rc != 0, out
+
+    # the summary was written and names the host, the step and ssh's own reason
+    summary = json.loads((report_dir / "latest.json").read_text())
+    row = {h["host"]: h for h in summary["hosts"]}[name]
+    assert summary["result"] == "failed" and row["status"] == "failed", row
+    assert f"host {name} unreachable during" in row["reason"], row["reason"]
+    assert row["host_lost"] is True, row
+    assert "deserialization" not in row["reason"], row["reason"]
+    # the node is marked and stays cordoned; the run released its Lease
+    n = core_v1.read_node(name)
+    assert n.metadata.labels[STATE] == "upgrade-failed" and n.spec.unschedulable, n.metadata.labels
+    last = json.loads(n.metadata.annotations["nvidia.com/gpu-driver-upgrade-last-transition"])
+    assert name in last["reason"] and "unreachable" in last["reason"], last
+    from kubernetes.client.rest import ApiException
+
+    with pytest.raises(ApiException) as gone:
+        coordination_v1.read_namespaced_lease(lease, "kube-system")
+    assert gone.value.status == 404
+
+    # the host comes back; the rerun upgrades it, uncordons and restores the pre-window state
+    subprocess.run([str(PODMAN), "start", "npuops-" + name], capture_output=True, check=True, timeout=60)
+    wait_for(lambda: hx(name, "test -e /run/npuops-lab/kernel-release && systemctl is-system-running --wait "
+                              ">/dev/null 2>&1; echo ok").stdout.strip() == "ok", 120, f"{name} booted")
+    run = window(name, lab_kubeconfig, report_dir, lease)
+    rc = run.wait(timeout=900)
+    out = output(report_dir)
+    assert rc == 0, out
+    row = {h["host"]: h for h in json.loads((report_dir / "latest.json").read_text())["hosts"]}[name]
+    assert row["status"] == "upgraded" and row["new_version"] == TARGET, row
+    n = core_v1.read_node(name)
+    assert n.metadata.labels[STATE] == "upgrade-done" and not n.spec.unschedulable
+    assert hx(name, "cat /sys/module/nvidia/version").stdout.strip() == TARGET
+    assert hx(name, "test -e /var/lib/npuops-fleet/window.json; echo $?").stdout.strip() == "1"
+    held_after = set(hx(name, "apt-mark showhold").stdout.split())
+    assert held_before <= held_after, (held_before, held_after)
