@@ -65,6 +65,8 @@ ADMISSION_LEASE = "npuops-fleet-admission-nvidia"
 RECORD = "/var/lib/npuops-fleet/window.json"
 SERVICES = ["nvidia-persistenced", "nvidia-fabricmanager", "nvidia-dcgm", "dcgm"]  # the nvidia profile's
 GUARD = "faults-guard"
+LAB_HOSTS = [h for g in yaml.safe_load((INVENTORY / "hosts.yml").read_text())["all"]["children"].values()
+             for h in (g.get("hosts") or {})]
 ORDER = [
     "upgrade-required",
     "cordon-required",
@@ -143,13 +145,15 @@ def kubeconfig() -> str:
 
 
 def retry(fn: Callable[[], Any], what: str, timeout: float = 90) -> Any:
-    """Call ``fn`` until it does not raise (the API server may be restarting)."""
+    """Call ``fn`` until it does not raise a transient error (the API server may be restarting);
+    an answer of the API server such as 404 or 409 is raised at once."""
     t0 = time.monotonic()
     while True:
         try:
             return fn()
-        except Exception:  # noqa: BLE001 - any API error is retried until the deadline
-            if time.monotonic() - t0 > timeout:
+        except Exception as e:  # noqa: BLE001 - connection errors, 5xx and 429 are retried
+            status = getattr(e, "status", None)
+            if (status and 400 <= status < 500 and status != 429) or time.monotonic() - t0 > timeout:
                 raise
             time.sleep(1)
 
@@ -475,7 +479,7 @@ def at_baseline(core) -> Optional[str]:
         return "operands paused"
     r = hx("cat /sys/module/nvidia/version; readlink /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1; "
            "test -e %s && echo RECORD; test -e /var/run/reboot-required && echo REBOOT; dpkg --audit; "
-           "pgrep -f fcntl.lockf >/dev/null && echo LOCKER" % RECORD)
+           "pgrep -f fcntl[.]lockf >/dev/null && echo LOCKER" % RECORD)
     out = r.stdout
     if OLD not in out.splitlines()[0:1] or ("libnvidia-ml.so." + OLD) not in out:
         return "driver not at %s: %s" % (OLD, out[:120])
@@ -568,6 +572,7 @@ class Case:
         self.notes: list[str] = []
         self.mid: dict[str, list[str]] = {"schedulable": [], "lease": []}
         self.before: dict = {}
+        self.stale_holders: set[str] = set()
         self.watch: Optional[NodeWatch] = None
         self.guard: Optional[GuardWatch] = None
         self.result: dict[str, tuple[bool, str]] = {}
@@ -593,10 +598,12 @@ class Case:
         bad = schedulable_mismatches(self.k)
         if bad:
             self.mid["schedulable"].append("after %s: %s" % (r.label, "; ".join(bad)))
-        if not r.killed:
-            le = read_lease(self.k)
+        le = read_lease(self.k)
+        if r.killed:
             if le and le["valid"]:
-                self.mid["lease"].append("after %s: still held by %s until %s" % (r.label, le["holder"], le["expires"]))
+                self.stale_holders.add(le["holder"])
+        elif le and le["valid"] and le["holder"] not in self.stale_holders:
+            self.mid["lease"].append("after %s: still held by %s until %s" % (r.label, le["holder"], le["expires"]))
 
     def finished(self, r: Run) -> None:
         r.wait()
@@ -648,6 +655,8 @@ def schedulable_mismatches(k) -> list[str]:
     core = k[1]
     for n in retry(lambda: core.list_node(label_selector="type=kwok").items, "nodes"):
         name = n.metadata.name
+        if name not in LAB_HOSTS:
+            continue  # scratch nodes of other tests
         if n.spec.unschedulable or not container_running(name):
             continue
         if podman("container", "inspect", "npuops-" + name).returncode != 0:
@@ -750,7 +759,7 @@ def run_case(ctx: Case) -> None:
                    "import fcntl,time; f=open('/var/lib/dpkg/lock-frontend','w'); "
                    "fcntl.lockf(f, fcntl.LOCK_EX); time.sleep(600)")
             time.sleep(1)
-            pids = hx("pgrep -f fcntl.lockf").stdout.split()
+            pids = hx("pgrep -f fcntl[.]lockf").stdout.split()
             holder["pid"] = pids[0] if pids else ""
             ctx.note("dpkg lock-frontend held at %s by pid %s" % (s, holder["pid"]))
 
@@ -766,7 +775,7 @@ def run_case(ctx: Case) -> None:
         snap = host_snapshot()
         ctx.check(snap == ctx.before, "holds and services after the failure as before: %s"
                   % ("same" if snap == ctx.before else json.dumps({"before": ctx.before, "after": snap})))
-        hx("pkill -f fcntl.lockf")
+        hx("pkill -f fcntl[.]lockf")
         ctx.expect_done(ctx.rerun(a, "rerun", pol, "driver_upgrade_dpkg_lock_timeout=20"))
 
     elif kind == "two":
@@ -866,8 +875,12 @@ def invariants(ctx: Case) -> dict[str, tuple[bool, str]]:
                        "%s" % after["services"] if after["services"] == ctx.before.get("services")
                        else "before %s after %s" % (ctx.before.get("services"), after["services"]))
     hb, ha = ctx.before.get("holds") or [], after["holds"] or []
-    same = (norm_holds(hb) == norm_holds(ha)) if done else (hb == ha)
-    res["holds"] = (same, ", ".join(ha) if same else "before %s after %s" % (hb, ha))
+    # a done node keeps every hold it had (driver packages by family) plus the ones the window sets
+    # (driver_upgrade_hold_packages); any other end keeps exactly the holds it had
+    same = set(norm_holds(hb)) <= set(norm_holds(ha)) if done else hb == ha
+    added = sorted(set(norm_holds(ha)) - set(norm_holds(hb)))
+    res["holds"] = (same, ("kept %d, added by the window: %s" % (len(hb), ", ".join(added) or "none")) if same
+                    else "before %s after %s" % (hb, ha))
     paused = [key for key, v in lb.items() if key.startswith(mw.DEPLOY_PREFIXES) and v.endswith(mw.PAUSED)]
     res["operands"] = (not (done and paused), "paused: %s" % (", ".join(paused) or "none"))
     missing, extra = [], []
@@ -875,11 +888,12 @@ def invariants(ctx: Case) -> dict[str, tuple[bool, str]]:
         has = (r.dir / "latest.json").exists()
         if r.killed and has:
             extra.append("%s (killed) has one" % r.label)
-        elif not r.killed and not has:
+        elif not r.killed and not has and not r.refused():
             missing.append("%s (rc %s)" % (r.label, r.rc))
     res["summaries"] = (not missing and not extra,
                         "; ".join((["no summary: " + ", ".join(missing)] if missing else []) + extra)
-                        or "%d run(s), %d killed" % (len(ctx.runs), sum(r.killed for r in ctx.runs)))
+                        or "%d run(s), %d killed, %d refused at the lease (no summary: it would replace the holder's)"
+                        % (len(ctx.runs), sum(r.killed for r in ctx.runs), sum(r.refused() for r in ctx.runs)))
     le = read_lease(k)
     live = le and le["valid"]
     res["lease"] = (not live and not ctx.mid["lease"], "; ".join(ctx.mid["lease"] + (
@@ -905,7 +919,7 @@ def cleanup(ctx: Case) -> None:
         ctx.guard.stop.set()
     if not container_running():
         podman("start", "npuops-" + TARGET)
-    hx("pkill -f fcntl.lockf || true")
+    hx("pkill -f fcntl[.]lockf || true")
 
 
 # ------------------------------------------------------------------ report
