@@ -49,13 +49,20 @@ def parse_proc_driver_nvidia_version(text: str) -> Optional[str]:
     for line in (text or "").splitlines():
         if not line.startswith("NVRM version:"):
             continue
-        m = re.search(r"Kernel Module(?:\s+for\s+\S+)?\s+(" + _VERSION_RE + r")\b", line)
-        if m:
-            return m.group(1)
+        v = kernel_module_version(line)
+        if v:
+            return v
         m = re.search(r"\s(" + _VERSION_RE + r")\s", line + " ")
         if m:
             return m.group(1)
     return None
+
+
+def kernel_module_version(line: str) -> Optional[str]:
+    """The version after ``... Kernel Module [for <arch>]`` in one line: the banner the module prints
+    in ``/proc/driver/nvidia/version`` and, as ``NVRM: loading NVIDIA UNIX ...``, in the kernel log."""
+    m = re.search(r"Kernel Module(?:\s+for\s+\S+)?\s+(" + _VERSION_RE + r")\b", line or "")
+    return m.group(1) if m else None
 
 
 def parse_nvrm_api_mismatch(text: str) -> Optional[dict[str, str]]:

@@ -1,0 +1,121 @@
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""DKMS: ``dkms status`` in every format dkms versions print, and a failed build inside apt (pure).
+
+``dkms status`` lines seen in the field::
+
+    name, version, kernel, arch: state            (dkms 2.x)
+    name/version, kernel, arch: state             (dkms 3.x)
+    name/version: added     name, version: added  (registered, built for no kernel)
+    name/version, kernel, arch: installed (WARNING! Diff between built and installed module!)
+
+dkms can print ``Error! ...`` and still exit 0: the output decides, not the exit code.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable, Optional
+
+from ansible_collections.npuops.fleet.plugins.module_utils.driver_version import same_driver_version
+
+_STATUS_RE = re.compile(r"^(?P<head>[^:]+?):\s*(?P<state>[A-Za-z-]+)\s*(?P<note>.*)$")
+
+
+def parse_status_line(line: str) -> Optional[dict[str, Any]]:
+    """One ``dkms status`` line -> ``{"module", "version", "kernel", "arch", "state", "note"}`` (kernel
+    and arch None when not printed, note None without one); None for a line of another kind."""
+    s = (line or "").strip()
+    if not s or s.startswith(("Error!", "Warning:", "Deprecated")):
+        return None
+    m = _STATUS_RE.match(s)
+    if not m:
+        return None
+    parts = [p.strip() for p in m.group("head").split(",")]
+    if "/" in parts[0]:
+        module, version = parts[0].split("/", 1)
+        rest = parts[1:]
+    elif len(parts) >= 2:
+        module, version = parts[0], parts[1]
+        rest = parts[2:]
+    else:
+        return None
+    if not module or not version or " " in module:
+        return None
+    note = m.group("note").strip()
+    if note.startswith("(") and note.endswith(")"):
+        note = note[1:-1].strip()
+    return {
+        "module": module,
+        "version": version,
+        "kernel": rest[0] if rest else None,
+        "arch": rest[1] if len(rest) > 1 else None,
+        "state": m.group("state"),
+        "note": note or None,
+    }
+
+
+def parse_status(text: str, rc: int = 0) -> dict[str, Any]:
+    """``dkms status`` output -> ``{"entries": [...], "errors": [...], "ok": bool}``.
+
+    ``errors``: each ``Error!`` line with the lines that follow it up to the next status line
+    (``File: ... does not exist.``), joined by a space. ``ok`` is false on any error or a non-zero exit code.
+    """
+    entries: list[dict[str, Any]] = []
+    errors: list[str] = []
+    in_error = False
+    for line in (text or "").splitlines():
+        s = line.strip()
+        if not s:
+            in_error = False
+            continue
+        if s.startswith("Error!"):
+            errors.append(s)
+            in_error = True
+            continue
+        entry = parse_status_line(s)
+        if entry:
+            entries.append(entry)
+            in_error = False
+        elif in_error:
+            errors[-1] += " " + s
+    return {"entries": entries, "errors": errors, "ok": not errors and rc == 0}
+
+
+def build_for_kernel(entries: Iterable[dict[str, Any]], module: str, version: str, kernel: str) -> dict[str, Any]:
+    """State of ``module``/``version`` for ``kernel``: ``{"state", "note", "built"}``.
+
+    ``state``: dkms's word for that kernel (``installed``, ``built``...), ``added-only`` when the
+    version is registered but built for no kernel, ``missing`` when dkms does not know it. ``built`` is
+    true for ``installed`` and ``built``: ``added-only`` and ``missing`` are failures for that kernel.
+    """
+    mine = [e for e in entries if e["module"] == module and same_driver_version(e["version"], version)]
+    for e in mine:
+        if e["kernel"] == kernel:
+            return {"state": e["state"], "note": e["note"], "built": e["state"] in ("installed", "built")}
+    if mine:
+        return {"state": "added-only", "note": None, "built": False}
+    return {"state": "missing", "note": None, "built": False}
+
+
+def build_failures(text: str) -> list[dict[str, Any]]:
+    """Failed DKMS builds in apt / dkms output: ``[{"kernel", "arch", "log", "message"}]``.
+
+    ``Error! Bad return status for module build on kernel: K (arch)`` and the ``Consult <log> for more
+    information.`` line after it. The ``ERROR (dkms apport) ...`` line before it is a side effect.
+    """
+    res: list[dict[str, Any]] = []
+    for line in (text or "").splitlines():
+        s = line.strip()
+        m = re.search(r"Bad return status for module build on kernel:\s*(\S+)(?:\s+\(([^)]+)\))?", s)
+        if m:
+            res.append({"kernel": m.group(1), "arch": m.group(2), "log": None, "message": None})
+            continue
+        m = re.match(r"^Consult (\S+) for more information\.?$", s)
+        if m and res and res[-1]["log"] is None:
+            res[-1]["log"] = m.group(1)
+    for f in res:
+        f["message"] = "DKMS module build failed for kernel %s%s" % (
+            f["kernel"],
+            "; see %s" % f["log"] if f["log"] else "",
+        )
+    return res

@@ -1,0 +1,159 @@
+"""apt / dpkg output parsers against the shared cases' fixtures (D4, D6, D7, D8); expected values are
+read off the fixtures by hand."""
+
+from __future__ import annotations
+
+import os
+
+from ansible_collections.npuops.fleet.plugins.module_utils.host import apt_output
+
+FIX = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures")
+
+
+def fixture(name):
+    with open(os.path.join(FIX, name)) as f:
+        return f.read()
+
+
+def test_held_broken_message_quoted_by_ansible_d6():
+    text = fixture("apt-held-broken-packages.txt")
+    assert apt_output.held_broken(text)
+    assert apt_output.apt_errors(text) == ["E: Unable to correct problems, you have held broken packages."]
+    assert apt_output.failure_lines(text) == ["E: Unable to correct problems, you have held broken packages."]
+
+
+def test_unmet_dependency_from_apt_stdout_d6():
+    out = (
+        "Some packages could not be installed.\n"
+        "The following packages have unmet dependencies:\n"
+        " nvidia-driver-440-server : Depends: libnvidia-gl-440-server (= 440.95.01-0ubuntu0.20.04.1)"
+        " but it is not going to be installed\n"
+        "E: Unable to correct problems, you have held broken packages.\n"
+    )
+    (entry,) = apt_output.unmet_dependencies(out)
+    assert entry["package"] == "nvidia-driver-440-server"
+    assert entry["dependency"] == "libnvidia-gl-440-server"
+    assert (entry["relation"], entry["version"]) == ("=", "440.95.01-0ubuntu0.20.04.1")
+    assert entry["reason"] == "it is not going to be installed"
+    assert entry["to_install"] is None
+    assert apt_output.failure_lines(out) == [
+        "The following packages have unmet dependencies:",
+        "nvidia-driver-440-server : Depends: libnvidia-gl-440-server (= 440.95.01-0ubuntu0.20.04.1)"
+        " but it is not going to be installed",
+        "E: Unable to correct problems, you have held broken packages.",
+    ]
+
+
+def test_kernel_common_pin_first_block_d7():
+    entries = apt_output.unmet_dependencies(fixture("apt-kernel-common-pin.txt"))
+    kernels = apt_output.blocking_kernels(entries)
+    assert [k["kernel"] for k in kernels] == ["5.11.0-25-generic", "5.11.0-27-generic"]
+    assert kernels[0]["package"] == "linux-modules-nvidia-470-5.11.0-25-generic"
+    assert kernels[0]["allows"] == "470.57.02"
+    assert kernels[0]["to_install"] == "470.63.01"
+    assert kernels[0]["message"] == "kernel 5.11.0-25-generic: precompiled nvidia modules only for 470.57.02"
+
+
+def test_kernel_common_lagging_second_block_d7():
+    entries = apt_output.unmet_dependencies(fixture("apt-kernel-common-pin.txt"))
+    # 2 + 2 Depends lines, 5 Recommends continuation lines of nvidia-driver-530
+    assert len(entries) == 9
+    recs = [e for e in entries if e["kind"] == "Recommends"]
+    assert len(recs) == 5 and {e["package"] for e in recs} == {"nvidia-driver-530"}
+    assert recs[0]["dependency"] == "libnvidia-compute-530" and not recs[0]["blocking"]
+    lag = [u for u in apt_output.unsatisfied(entries) if u["package"] == "nvidia-kernel-common-530"]
+    assert lag == [
+        {
+            "package": "nvidia-kernel-common-530",
+            "needs": ">= 530.41.03",
+            "to_install": "530.30.02-0ubuntu1",
+            "required_by": ["nvidia-dkms-530", "nvidia-driver-530"],
+        }
+    ]
+    lines = apt_output.failure_lines(fixture("apt-kernel-common-pin.txt"))
+    assert lines[0] == "The following packages have unmet dependencies:"
+    assert (
+        "nvidia-dkms-530 : Depends: nvidia-kernel-common-530 (>= 530.41.03) but 530.30.02-0ubuntu1 is to be installed"
+        in lines
+    )
+    assert not any("Recommends" in x for x in lines)
+    assert (
+        lines[-1] == "E: Unmet dependencies. Try 'apt --fix-broken install' with no packages (or specify a solution)."
+    )
+
+
+def test_kept_back_d8():
+    text = fixture("apt-kept-back-nvidia.txt")
+    names = apt_output.kept_back(text)
+    assert len(names) == 16
+    assert names[0] == "libnvidia-cfg1-460" and names[-1] == "nvidia-driver-460"
+    assert "libnvidia-fbc1-460" in names and "nvidia-compute-utils-460" in names
+    lines = apt_output.failure_lines(text)
+    assert lines[0] == "The following packages have been kept back:"
+    assert len(lines) == 3 and lines[2].endswith("nvidia-compute-utils-460 nvidia-driver-460")
+
+
+def test_transitional_packages_d8():
+    text = fixture("apt-transitional-packages.txt")
+    rows = apt_output.parse_apt_list(text)
+    assert [r["name"] for r in rows] == ["libnvidia-compute-470", "cuda-drivers-fabricmanager-460"]
+    assert rows[0]["version"] == "510.54-1pop0~1645544462~21.10~e35d257"
+    assert rows[0]["upgradable_from"] == "470.86-1pop0~1637635465~21.10~47710c4"
+    assert rows[1]["suites"] == ["jammy-updates", "jammy-security"]
+    assert rows[1]["transitional_for"] == "cuda-drivers-fabricmanager-510"
+    assert (
+        apt_output.branch_drift(rows[0]["name"], rows[0]["version"])
+        == "libnvidia-compute-470 is at 510.54 (transitional)"
+    )
+    assert apt_output.branch_drift(rows[1]["name"], rows[1]["version"]) == (
+        "cuda-drivers-fabricmanager-460 is at 510.85.02 (transitional)"
+    )
+    (removed,) = apt_output.parse_dpkg_actions(text)
+    assert removed == {
+        "action": "removing",
+        "name": "nvidia-driver-460",
+        "version": "470.161.03-0ubuntu0.20.04.1",
+        "old_version": None,
+    }
+    assert (
+        apt_output.branch_drift(removed["name"], removed["version"])
+        == "nvidia-driver-460 is at 470.161.03 (transitional)"
+    )
+
+
+def test_branch_of_name_and_version():
+    assert apt_output.branch_of_name("libnvidia-fbc1-455") == "455"
+    assert apt_output.branch_of_name("nvidia-driver-550-server-open") == "550"
+    assert apt_output.branch_of_name("linux-modules-nvidia-470-5.11.0-25-generic") == "470"
+    assert apt_output.branch_of_name("nvidia-driver") is None
+    assert apt_output.branch_of_version("1:535.261.03-1") == "535"
+    assert apt_output.branch_drift("nvidia-driver-550-server-open", "550.90.07-0ubuntu1") is None
+    assert apt_output.branch_drift("nvidia-driver", "550.90.07-1") is None
+
+
+def test_dpkg_l_half_configured_d4():
+    rows = apt_output.parse_dpkg_l(fixture("dpkg-l-half-configured.txt"))
+    assert [(r["state"], r["name"], r["interrupted"]) for r in rows] == [
+        ("iU", "linux-generic", True),
+        ("iF", "linux-headers-6.12.10-76061203-generic", True),
+    ]
+    assert rows[0]["version"] == "6.12.10-76061203.202412060638~1740098661~24.04~f50b0de~dev"
+    assert rows[0]["arch"] == "amd64"
+    header = (
+        "Desired=Unknown/Install/Remove/Purge/Hold\n||/ Name Version Architecture\n+++-====\n"
+        "ii  nvidia-smi  535.261.03-1  amd64\nrc  old  1  amd64\n"
+    )
+    assert [(r["name"], r["interrupted"]) for r in apt_output.parse_dpkg_l(header)] == [
+        ("nvidia-smi", False),
+        ("old", False),
+    ]
+    assert apt_output.interrupted_state("iHR") and apt_output.interrupted_state("hiR")
+    assert not apt_output.interrupted_state("hi ")
+
+
+def test_dpkg_failed_packages_d4():
+    text = fixture("apt-dkms-build-fail.txt")
+    assert apt_output.dpkg_failed_packages(text) == ["nvidia-dkms-580-open", "nvidia-driver-580-open"]
+    lines = apt_output.failure_lines(text)
+    assert "Error! Bad return status for module build on kernel: 6.17.9-76061709-generic (x86_64)" in lines
+    assert "dpkg: error processing package nvidia-dkms-580-open (--configure):" in lines
