@@ -57,6 +57,13 @@ options:
     description: APT history log to read.
     type: path
     default: /var/log/apt/history.log
+  device_holders:
+    description:
+      - Also name the processes that hold the vendor's device files open (RV(device_holders)), by their
+        full command line, and say why the main module cannot be unloaded (RV(in_use_reason)). Scans
+        C(/proc/*/fd); off by default.
+    type: bool
+    default: false
   proc_version_file:
     description:
       - File with the loaded module's version when C(/sys/module/<module>/version) is absent. Default
@@ -201,6 +208,64 @@ last_driver_package_change:
   description: Newest APT history entry that changed driver or kernel packages (matching packages only).
   returned: always
   type: dict
+loaded_modules:
+  description:
+    - The loaded kernel modules of the driver - the main module, every loaded module that uses it
+      (directly or through another, from C(/sys/module/<m>/holders)) and the loaded ones of the
+      profile's C(kernel_modules) - mapped to the modules that hold each.
+  returned: always
+  type: dict
+  sample: {nvidia: [nvidia_modeset, nvidia_peermem, nvidia_uvm], nvidia_modeset: [nvidia_drm], nvidia_drm: [],
+           nvidia_peermem: [], nvidia_uvm: []}
+unload_order:
+  description:
+    - RV(loaded_modules) in the order they can be removed - users first, the main module last. Empty
+      when none is loaded.
+  returned: always
+  type: list
+  sample: [nvidia_drm, nvidia_modeset, nvidia_peermem, nvidia_uvm, nvidia]
+load_order:
+  description:
+    - What to load back after an unload - RV(unload_order) reversed, so a module the host did not have
+      loaded stays unloaded; the profile's C(kernel_modules) reversed when none was loaded.
+  returned: always
+  type: list
+module_refcnt:
+  description: Use count of the main module (C(/sys/module/<m>/refcnt)); null when not loaded.
+  returned: always
+  type: int
+interrupted_packages:
+  description:
+    - Installed packages in a state an interrupted or failed dpkg run leaves (not C(ii) - unpacked,
+      half-configured, triggers pending, reinstall required), name -> state; fix with C(dpkg --configure -a).
+  returned: always
+  type: dict
+  sample: {nvidia-dkms-580-server-open: iF}
+device_holders:
+  description:
+    - With O(device_holders) - the processes that hold a device file of the vendor open, by full
+      command line (C(/proc/<pid>/cmdline), not the 15-character C(comm)). Empty otherwise.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    pid:
+      description: Process ID.
+      type: int
+    cmdline:
+      description: Full command line; null when the process ended meanwhile.
+      type: str
+    devices:
+      description: The device files it has open.
+      type: list
+      elements: str
+in_use_reason:
+  description:
+    - With O(device_holders) and the main module still loaded with a use count or holders - why it
+      cannot be unloaded, naming each holder module and process, for example
+      C(module in use - nvidia held by module nvidia_modeset; pid 1346 (/usr/bin/nvidia-persistenced)). Null otherwise.
+  returned: always
+  type: str
 profile:
   description:
     - The vendor profile as resolved from O(vendor), O(vendor_profile) and O(vendor_profiles)
@@ -223,6 +288,7 @@ profile:
 
 import glob  # noqa: E402
 import os  # noqa: E402
+import re  # noqa: E402
 from typing import Any, Mapping, Optional  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
@@ -233,6 +299,7 @@ from ansible_collections.npuops.fleet.plugins.module_utils.driver_version import
     normalize_version,
     same_driver_version,
 )
+from ansible_collections.npuops.fleet.plugins.module_utils.host import apt_output, dpkg_lock, kmod_holders  # noqa: E402
 from ansible_collections.npuops.fleet.plugins.module_utils.vendor_profiles import (  # noqa: E402
     PROFILE_ARG_SPEC,
     ProfileError,
@@ -348,6 +415,40 @@ class Facts:
             return None, "loaded_without_version"
         return None, None
 
+    # kernel modules: {name: {"holders": [...], "refcnt": int or None}} of every loaded module; built-in
+    # ones (no holders directory) are left out: they cannot be unloaded
+    def sys_modules(self, root="/sys/module"):
+        res = {}
+        try:
+            names = os.listdir(root)
+        except OSError:
+            return res
+        for name in names:
+            holders_dir = os.path.join(root, name, "holders")
+            try:
+                holders = sorted(os.listdir(holders_dir))
+            except OSError:
+                continue
+            refcnt = _read(os.path.join(root, name, "refcnt"))
+            try:
+                count = int(refcnt.strip()) if refcnt else None
+            except ValueError:
+                count = None
+            res[name] = {"holders": holders, "refcnt": count}
+        return res
+
+    # processes that hold a device file open: [(pid, target)] of /proc/<pid>/fd links under prefix
+    def fd_links(self, prefix, proc="/proc"):
+        res = []
+        for fd in glob.glob(os.path.join(proc, "[0-9]*", "fd", "*")):
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith(prefix):
+                res.append((int(fd[len(proc) + 1 :].split("/", 1)[0]), target))
+        return res
+
     # smi
     def smi(self, fields):
         cmd = self.p["smi_command"]
@@ -403,6 +504,7 @@ def main():
         ),
         history_log=dict(type="path", default="/var/log/apt/history.log"),
         proc_version_file=dict(type="path"),
+        device_holders=dict(type="bool", default=False),
     )
     spec.update(PROFILE_ARG_SPEC)
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
@@ -427,6 +529,21 @@ def main():
         on_disk[rel] = f.on_disk_version(modinfo, rel, module_name)
     proc_file = p["proc_version_file"] or (NVIDIA_PROC_VERSION if is_nvidia else None)
     loaded, loaded_source = f.loaded_version(module_name, proc_file)
+
+    # loaded modules and the order to remove them (users first) and load them back
+    sys_mods = f.sys_modules()
+    known = list(profile.get("kernel_modules") or [])
+    order = kmod_holders.unload_order({n: m["holders"] for n, m in sys_mods.items()}, module_name, known)
+    loaded_modules = {n: [h for h in sys_mods[n]["holders"] if h in sys_mods] for n in order}
+    refcnt = (sys_mods.get(module_name) or {}).get("refcnt")
+    holders = []
+    in_use = None
+    if p["device_holders"]:
+        prefix = re.split(r"[\[*?]", profile.get("device_glob") or "", maxsplit=1)[0]
+        users = kmod_holders.device_users(f.fd_links(prefix), prefix) if prefix else {}
+        holders = kmod_holders.describe_processes(users, {pid: dpkg_lock.read_cmdline(pid) for pid in users})
+        if module_name in sys_mods:
+            in_use = kmod_holders.in_use_reason(module_name, refcnt, loaded_modules.get(module_name) or [], holders)
 
     # smi
     smi = f.smi(p["smi_query_fields"])
@@ -557,6 +674,15 @@ def main():
         "reboot_required_pkgs": reboot_pkgs,
         "held_packages": held,
         "installed_driver_packages": driver_pkgs,
+        "interrupted_packages": {
+            n: i["status"] for n, i in sorted(installed_pkgs.items()) if apt_output.interrupted_state(i["status"])
+        },
+        "loaded_modules": loaded_modules,
+        "unload_order": order,
+        "load_order": kmod_holders.load_order(order, fallback=known),
+        "module_refcnt": refcnt,
+        "device_holders": holders,
+        "in_use_reason": in_use,
         "booted_kernel_packages": kernel_pkgs,
         "kernel_meta_packages": meta_pkgs,
         "package_families": families,

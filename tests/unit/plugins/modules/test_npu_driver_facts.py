@@ -73,6 +73,9 @@ def run_module(monkeypatch, host, args, boot=("vmlinuz-5.15.0-177-generic", "vml
     monkeypatch.setattr(mod.os.path, "exists", lambda p: p in host.files)
     monkeypatch.setattr(mod.os.path, "isdir", lambda p: False)
     monkeypatch.setattr(mod.glob, "glob", lambda p: [])
+    monkeypatch.setattr(mod.Facts, "sys_modules", lambda self, root="/sys/module": getattr(host, "sys_mods", {}))
+    monkeypatch.setattr(mod.Facts, "fd_links", lambda self, prefix, proc="/proc": getattr(host, "fd", []))
+    monkeypatch.setattr(mod.dpkg_lock, "read_cmdline", lambda pid, proc="/proc": getattr(host, "cmdlines", {}).get(pid))
     with patch_module_args(args):
         with pytest.raises(SystemExit):
             mod.main()
@@ -360,3 +363,53 @@ def test_target_match_unknown_userspace_is_judged_on_module_and_smi(monkeypatch,
     f = result(capsys)["ansible_facts"]["npu_driver"]
     assert f["userspace_version"] is None and f["expected_match"] is True
     assert f["target_match"] == {"loaded": True, "userspace": False, "on_disk_boot": True, "smi": True, "all": True}
+
+
+def test_loaded_modules_unload_order_from_holders_rdma_host(monkeypatch, capsys):
+    # peermem (RDMA) and uvm use nvidia, drm uses modeset: removed users first, nvidia last;
+    # loaded back only what was loaded (no fixed list)
+    host = Host(
+        fixture("nvidia-smi-query-ok.txt"),
+        0,
+        {"/sys/module/nvidia/version": "580.126.09\n"},
+        {"5.15.0-177-generic": "580.126.09"},
+    )
+    host.sys_mods = {
+        "nvidia": {"holders": ["nvidia_modeset", "nvidia_peermem", "nvidia_uvm"], "refcnt": 40},
+        "nvidia_modeset": {"holders": ["nvidia_drm"], "refcnt": 2},
+        "nvidia_drm": {"holders": [], "refcnt": 0},
+        "nvidia_uvm": {"holders": [], "refcnt": 0},
+        "nvidia_peermem": {"holders": [], "refcnt": 0},
+        "ib_core": {"holders": ["ib_uverbs", "nvidia_peermem"], "refcnt": 3},
+        "ib_uverbs": {"holders": [], "refcnt": 0},
+    }
+    host.fd = [(1346, "/dev/nvidiactl"), (1346, "/dev/nvidia0")]
+    host.cmdlines = {1346: "/usr/bin/nvidia-persistenced --user nvidia-persistenced"}
+    run_module(monkeypatch, host, {"vendor": "nvidia", "device_holders": True}, boot=("vmlinuz-5.15.0-177-generic",))
+    f = result(capsys)["ansible_facts"]["npu_driver"]
+    assert f["unload_order"] == ["nvidia_drm", "nvidia_modeset", "nvidia_uvm", "nvidia_peermem", "nvidia"]
+    assert f["load_order"] == ["nvidia", "nvidia_peermem", "nvidia_uvm", "nvidia_modeset", "nvidia_drm"]
+    assert f["loaded_modules"]["nvidia"] == ["nvidia_modeset", "nvidia_peermem", "nvidia_uvm"]
+    assert "ib_core" not in f["loaded_modules"]
+    assert f["module_refcnt"] == 40
+    assert f["device_holders"] == [
+        {
+            "pid": 1346,
+            "cmdline": "/usr/bin/nvidia-persistenced --user nvidia-persistenced",
+            "devices": ["/dev/nvidia0", "/dev/nvidiactl"],
+        }
+    ]
+    assert f["in_use_reason"] == (
+        "module in use: nvidia held by modules nvidia_modeset, nvidia_peermem, nvidia_uvm; "
+        "pid 1346 (/usr/bin/nvidia-persistenced --user nvidia-persistenced)"
+    )
+    assert f["interrupted_packages"] == {}
+
+
+def test_nothing_loaded_loads_the_profile_set(monkeypatch, capsys):
+    host = Host(fixture("nvidia-smi-no-driver.txt"), 9, {}, {"5.15.0-177-generic": "580.126.09"})
+    run_module(monkeypatch, host, {"vendor": "nvidia"}, boot=("vmlinuz-5.15.0-177-generic",))
+    f = result(capsys)["ansible_facts"]["npu_driver"]
+    assert f["unload_order"] == [] and f["loaded_modules"] == {}
+    assert f["load_order"] == ["nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm"]
+    assert f["device_holders"] == [] and f["in_use_reason"] is None
