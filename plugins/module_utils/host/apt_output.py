@@ -20,6 +20,7 @@ import re
 from typing import Any, Iterable, Optional
 
 from ansible_collections.npuops.fleet.plugins.module_utils.driver_version import normalize_version
+from ansible_collections.npuops.fleet.plugins.module_utils.host import dkms
 
 UNMET_HEADER = "The following packages have unmet dependencies:"
 KEPT_BACK_HEADER = "The following packages have been kept back:"
@@ -347,4 +348,53 @@ def parse_dpkg_actions(text: str) -> list[dict[str, Any]]:
                     "old_version": m.group("old"),
                 }
             )
+    return res
+
+
+# ---------------------------------------------------------------- one install transaction, judged
+def install_outcome(
+    rc: int, stdout: str, stderr: str, targets: dict[str, str], installed: dict[str, Optional[str]]
+) -> dict[str, Any]:
+    """Judge an ``apt-get install name=version ...`` run: apt's exit code is not enough.
+
+    ``targets``: {package: version wanted}; ``installed``: {package: version dpkg has after the run,
+    None when not installed}. Returns ``{"ok", "msg", "not_at_target", "kept_back", "unmet",
+    "dkms_build_failures", "dpkg_failed", "lines"}``: a target not at its version (kept back,
+    left behind) fails even when apt exited 0, and the message quotes apt's own lines.
+    """
+    text = "%s\n%s" % (stdout or "", stderr or "")
+    lines = failure_lines(text)
+    kept = kept_back(text)
+    wrong = {n: installed.get(n) for n, v in sorted(targets.items()) if installed.get(n) != v}
+    builds = dkms.build_failures(text)
+    res: dict[str, Any] = {
+        "ok": rc == 0 and not wrong and not builds,
+        "not_at_target": wrong,
+        "kept_back": kept,
+        "unmet": [e["line"] for e in unmet_dependencies(text) if e["blocking"]],
+        "dkms_build_failures": builds,
+        "dpkg_failed": dpkg_failed_packages(text),
+        "lines": lines,
+        "msg": None,
+    }
+    if res["ok"]:
+        return res
+    parts = []
+    if rc != 0:
+        parts.append("apt-get exited %s" % rc)
+    else:
+        parts.append("apt-get exited 0 but the driver did not move")
+    if wrong:
+        parts.append(
+            "not at the target version: "
+            + ", ".join("%s %s (wanted %s)" % (n, v or "not installed", targets[n]) for n, v in wrong.items())
+        )
+    parts.extend(b["message"] for b in builds)
+    if lines:
+        parts.append("apt said: " + " | ".join(lines))
+    elif rc != 0:
+        tail = [x.strip() for x in (stderr or stdout or "").splitlines() if x.strip()][-3:]
+        if tail:
+            parts.append("apt said: " + " | ".join(tail))
+    res["msg"] = "; ".join(parts)
     return res

@@ -157,3 +157,61 @@ def test_dpkg_failed_packages_d4():
     lines = apt_output.failure_lines(text)
     assert "Error! Bad return status for module build on kernel: 6.17.9-76061709-generic (x86_64)" in lines
     assert "dpkg: error processing package nvidia-dkms-580-open (--configure):" in lines
+
+
+TARGETS = {"nvidia-driver-460": "460.91.03-0ubuntu1", "libnvidia-compute-460": "460.91.03-0ubuntu1"}
+
+
+def test_install_exit_0_but_kept_back_fails_d8():
+    res = apt_output.install_outcome(
+        0,
+        fixture("apt-kept-back-nvidia.txt"),
+        "",
+        TARGETS,
+        {"nvidia-driver-460": "460.73.01-0ubuntu1", "libnvidia-compute-460": "460.73.01-0ubuntu1"},
+    )
+    assert res["ok"] is False
+    assert res["not_at_target"] == {
+        "libnvidia-compute-460": "460.73.01-0ubuntu1",
+        "nvidia-driver-460": "460.73.01-0ubuntu1",
+    }
+    assert "nvidia-driver-460" in res["kept_back"]
+    assert res["msg"].startswith("apt-get exited 0 but the driver did not move; not at the target version: ")
+    assert "libnvidia-compute-460 460.73.01-0ubuntu1 (wanted 460.91.03-0ubuntu1)" in res["msg"]
+    assert "apt said: The following packages have been kept back: | libnvidia-cfg1-460" in res["msg"]
+
+
+def test_install_held_broken_quotes_unmet_lines_d6():
+    out = (
+        "The following packages have unmet dependencies:\n"
+        " nvidia-driver-460 : Depends: libnvidia-gl-460 (= 460.91.03-0ubuntu1) but it is not going to be installed\n"
+    )
+    res = apt_output.install_outcome(
+        100, out, "E: Unable to correct problems, you have held broken packages.\n", TARGETS, {}
+    )
+    assert res["ok"] is False
+    assert res["unmet"] == [
+        "nvidia-driver-460 : Depends: libnvidia-gl-460 (= 460.91.03-0ubuntu1) but it is not going to be installed"
+    ]
+    assert res["not_at_target"] == {"libnvidia-compute-460": None, "nvidia-driver-460": None}
+    assert res["msg"].endswith(
+        "apt said: The following packages have unmet dependencies: | nvidia-driver-460 : Depends: libnvidia-gl-460 "
+        "(= 460.91.03-0ubuntu1) but it is not going to be installed | "
+        "E: Unable to correct problems, you have held broken packages."
+    )
+
+
+def test_install_dkms_build_failure_names_kernel_and_log_d4():
+    res = apt_output.install_outcome(100, fixture("apt-dkms-build-fail.txt"), "", {"x": "1"}, {"x": "1"})
+    assert res["ok"] is False and res["dpkg_failed"] == ["nvidia-dkms-580-open", "nvidia-driver-580-open"]
+    assert (
+        "DKMS module build failed for kernel 6.17.9-76061709-generic; see /var/lib/dkms/nvidia/580.119.02/"
+        in res["msg"]
+    )
+
+
+def test_install_ok():
+    res = apt_output.install_outcome(
+        0, "Setting up nvidia-driver-460 (460.91.03-0ubuntu1) ...\n", "", TARGETS, dict(TARGETS)
+    )
+    assert res["ok"] is True and res["msg"] is None and res["not_at_target"] == {}

@@ -1,0 +1,192 @@
+#!/usr/bin/python
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: npu_apt_install
+short_description: Install a driver package set at exact versions in one apt transaction, and check it moved
+version_added: 0.1.0
+description:
+  - Runs on the host. Installs every package of O(packages) at its version with one
+    C(apt-get install name=version ...), non-interactive (C(DEBIAN_FRONTEND=noninteractive), needrestart
+    in list mode so it neither prompts nor restarts services under the node), keeping existing
+    configuration files.
+  - apt's exit code is not the verdict. After the run C(dpkg-query) reads the installed version of
+    every package; one that is not at its version (kept back, left behind by a held package, not
+    installed) fails the task, also when apt exited 0.
+  - A failure quotes apt's own lines - the unmet-dependency block, C(kept back) list, C(E:) lines,
+    dpkg's C(error processing) lines and a DKMS build failure with its kernel and C(make.log) path.
+  - Holds are not touched - release the packages apt must move first (role C(package_holds), entry
+    point C(unhold)); a held package apt would have to move makes apt refuse, and the message says which.
+options:
+  packages:
+    description:
+      - Package name -> exact package version (with Debian revision) to install.
+    type: dict
+    required: true
+  allow_downgrade:
+    description:
+      - Pass C(--allow-downgrades).
+    type: bool
+    default: false
+  lock_timeout:
+    description:
+      - Seconds apt waits for dpkg's lock (C(DPkg::Lock::Timeout)).
+    type: int
+    default: 60
+attributes:
+  check_mode:
+    support: full
+    description: Runs C(apt-get --simulate); the version check is skipped, apt's refusal still fails.
+  diff_mode:
+    support: none
+    description: No diff.
+author:
+  - npuops maintainers (@npuops)
+"""
+
+EXAMPLES = r"""
+- name: Install the driver set of 550.90.07
+  npuops.fleet.npu_apt_install:
+    packages:
+      nvidia-driver-550-server-open: 550.90.07-0ubuntu1
+      nvidia-dkms-550-server-open: 550.90.07-0ubuntu1
+      libnvidia-compute-550-server: 550.90.07-0ubuntu1
+"""
+
+RETURN = r"""
+installed:
+  description: Package -> version dpkg has after the run (null when not installed), for O(packages).
+  returned: always
+  type: dict
+before:
+  description: Package -> version before the run (null when not installed), for O(packages).
+  returned: always
+  type: dict
+not_at_target:
+  description: The packages of O(packages) not at their version after the run -> their version.
+  returned: always
+  type: dict
+kept_back:
+  description: Packages apt listed under C(The following packages have been kept back).
+  returned: always
+  type: list
+  elements: str
+unmet:
+  description: apt's blocking unmet-dependency lines (Depends, PreDepends, Conflicts, Breaks).
+  returned: always
+  type: list
+  elements: str
+dkms_build_failures:
+  description: Failed DKMS builds - C(kernel), C(arch), C(log) (the C(make.log) path), C(message).
+  returned: always
+  type: list
+  elements: dict
+dpkg_failed:
+  description: Packages dpkg could not configure.
+  returned: always
+  type: list
+  elements: str
+lines:
+  description: apt's lines that explain the failure, as quoted in the message.
+  returned: always
+  type: list
+  elements: str
+rc:
+  description: apt-get's exit code.
+  returned: always
+  type: int
+stdout:
+  description: apt-get's standard output.
+  returned: always
+  type: str
+stderr:
+  description: apt-get's standard error.
+  returned: always
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+
+from ansible_collections.npuops.fleet.plugins.module_utils.host import apt_output  # noqa: E402
+
+ENV = {
+    "DEBIAN_FRONTEND": "noninteractive",
+    "NEEDRESTART_MODE": "l",
+    "NEEDRESTART_SUSPEND": "1",
+    "LC_ALL": "C",
+}
+
+
+def versions(module, names):
+    """{name: installed version or None} from dpkg-query (a package in state ``ii``/``hi`` only)."""
+    dpkg_query = module.get_bin_path("dpkg-query", required=True)
+    rc, out, _err = module.run_command(
+        [dpkg_query, "-W", "-f=${Package}\t${Version}\t${db:Status-Abbrev}\n"] + list(names),
+        environ_update={"LC_ALL": "C"},
+    )
+    res = {n: None for n in names}
+    for line in (out or "").splitlines():
+        parts = line.split("\t")
+        if len(parts) >= 3 and parts[0].split(":", 1)[0] in res and parts[2][1:2] == "i":
+            res[parts[0].split(":", 1)[0]] = parts[1]
+    return res
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            packages=dict(type="dict", required=True),
+            allow_downgrade=dict(type="bool", default=False),
+            lock_timeout=dict(type="int", default=60),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    targets = {str(k): str(v) for k, v in p["packages"].items()}
+    if not targets:
+        module.fail_json(msg="packages must name at least one package")
+    apt_get = module.get_bin_path("apt-get", required=True)
+    before = versions(module, targets)
+    argv = [
+        apt_get,
+        "-y",
+        "-q",
+        "-o",
+        "Dpkg::Options::=--force-confdef",
+        "-o",
+        "Dpkg::Options::=--force-confold",
+        "-o",
+        "DPkg::Lock::Timeout=%d" % p["lock_timeout"],
+    ]
+    if p["allow_downgrade"]:
+        argv.append("--allow-downgrades")
+    if module.check_mode:
+        argv.append("--simulate")
+    argv += ["install"] + ["%s=%s" % (n, v) for n, v in sorted(targets.items())]
+    rc, out, err = module.run_command(argv, environ_update=ENV)
+    after = before if module.check_mode else versions(module, targets)
+    judged = apt_output.install_outcome(rc, out, err, targets, targets if module.check_mode else after)
+    changed = (rc == 0 and any(before[n] != targets[n] for n in targets)) if module.check_mode else after != before
+    result = dict(
+        changed=changed,
+        installed=after,
+        before=before,
+        not_at_target=judged["not_at_target"],
+        kept_back=judged["kept_back"],
+        unmet=judged["unmet"],
+        dkms_build_failures=judged["dkms_build_failures"],
+        dpkg_failed=judged["dpkg_failed"],
+        lines=judged["lines"],
+        rc=rc,
+        stdout=out,
+        stderr=err,
+    )
+    if not judged["ok"]:
+        module.fail_json(msg=judged["msg"], **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
