@@ -4,10 +4,10 @@
 A step of the upgrade may wait without bound (the chart's ``timeoutSeconds: 0``). The run's Lease
 (``lease.py``) must stay valid for as long as the run works, or a second run could take over an
 "expired" lease of a live one. :class:`LeaseKeepalive` is called from every wait loop (``tick``);
-it renews at most every ``interval`` seconds (a third of the TTL by default, as Kubernetes leader
-election renews well inside its lease duration) and raises :class:`LeaseLost` when another run now
-holds the Lease, or when no renewal succeeded for longer than the TTL (the lease may have expired
-and been taken over while the API server was unreachable).
+it renews at most every ``interval`` seconds (a third of the TTL by default) and raises
+:class:`LeaseLost` when another run now holds the Lease, or when no renewal succeeded for two thirds
+of the TTL: as client-go's leader election gives up at its RenewDeadline, before the lease can expire
+for others (clocks of two controllers may differ), a run stops before anyone may take over.
 """
 
 from __future__ import annotations
@@ -17,10 +17,14 @@ from typing import Any, Callable, Optional
 
 from ansible_collections.npuops.fleet.plugins.module_utils import k8s_retry
 from ansible_collections.npuops.fleet.plugins.module_utils.lease import LeaseHeldError
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade_state_machine import UpgradeConflict
 
 
-class LeaseLost(Exception):
-    """The run no longer holds its Lease: stop waiting, change nothing more."""
+class LeaseLost(UpgradeConflict):
+    """The run no longer holds its Lease: stop waiting, change nothing more.
+
+    An UpgradeConflict, so no abort or failure mark is written: the node may already be another
+    run's, and that run decides what happens to it."""
 
 
 class LeaseKeepalive:
@@ -42,6 +46,7 @@ class LeaseKeepalive:
         self.holder = holder
         self.ttl = int(ttl)
         self.interval = float(interval) if interval else max(1.0, self.ttl / 3.0)
+        self.renew_deadline = self.ttl * 2.0 / 3.0
         self.clock = clock
         self.last_ok = clock()
         self.last_try: Optional[float] = None
@@ -60,9 +65,10 @@ class LeaseKeepalive:
         except Exception as exc:  # noqa: BLE001 - transient ones are retried at the next tick
             if not k8s_retry.is_transient(exc):
                 raise
-            if now - self.last_ok >= self.ttl:
+            if now - self.last_ok >= self.renew_deadline:
                 raise LeaseLost(
-                    "could not renew the run's maintenance Lease for %d s (its TTL): %s" % (now - self.last_ok, exc)
+                    "could not renew the run's maintenance Lease for %d s (2/3 of its %d s TTL): %s"
+                    % (now - self.last_ok, self.ttl, exc)
                 ) from exc
             return
         self.last_ok = now

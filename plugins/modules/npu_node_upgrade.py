@@ -262,6 +262,12 @@ conflict:
       nothing more and undid nothing, and the caller must not mark the node failed.
   returned: on failure
   type: bool
+lease_lost:
+  description:
+    - On failure - true when the run's Lease (O(run_lease)) is now another run's, or could not be renewed
+      for 2/3 of its TTL; a conflict too (nothing undone, node not to be marked by this run).
+  returned: on failure
+  type: bool
 """
 
 import re  # noqa: E402
@@ -393,6 +399,7 @@ def main():
     except UpgradeFailed as exc:
         result = dict(upgrade.result, api_requests=counts, changed=upgrade.changed, kube_auth=kube_auth)
         result["conflict"] = isinstance(exc, UpgradeConflict)
+        result["lease_lost"] = type(exc).__name__ == "LeaseLost"
         result.pop("message", None)
         for warning in upgrade.warnings:
             module.warn(warning)
