@@ -602,7 +602,8 @@ class Case:
         if r.killed:
             if le and le["valid"]:
                 self.stale_holders.add(le["holder"])
-        elif le and le["valid"] and le["holder"] not in self.stale_holders:
+        elif le and le["valid"] and le["holder"] not in self.stale_holders and not any(
+                o.proc.poll() is None for o in self.runs if o is not r):  # a live run may hold it
             self.mid["lease"].append("after %s: still held by %s until %s" % (r.label, le["holder"], le["expires"]))
 
     def finished(self, r: Run) -> None:
