@@ -90,7 +90,8 @@ for _s in ("upgrade-required", "cordon-required", "drain-required", "pod-restart
 CASES.update({
     "host-lost-install": {"kind": "host_lost", "at": "pod-restart-required", "step": "install"},
     "host-lost-reload": {"kind": "host_lost", "at_task": "Read the state of the services", "step": "reload"},
-    "host-down-reboot": {"kind": "host_lost", "at": "reboot-required", "step": "reboot", "reboot": True,
+    # stopped when Ansible starts the reboot, and kept down while it waits for the host to come back
+    "host-down-reboot": {"kind": "host_lost", "at_task": "Reboot the host", "step": "reboot", "reboot": True,
                          "reboot_timeout": 60, "keep_down": True},
     "apiserver-down-drain": {"kind": "api", "at": "drain-required"},
     "apiserver-down-validation": {"kind": "api", "at": "validation-required"},
@@ -704,7 +705,7 @@ def run_case(ctx: Case) -> None:
         a = ctx.start("window", pol)
         a_box.append(a)
         if sp.get("at_task"):
-            LogWatch(a, "TASK [npuops.fleet.driver_upgrade : %s]" % sp["at_task"], lose).start()
+            LogWatch(a, "TASK [npuops.fleet.driver_upgrade : %s" % sp["at_task"], lose).start()
         else:
             w.on(sp["at"], lose)
         ctx.finished(a)
