@@ -340,8 +340,11 @@ class LogWatch(threading.Thread):
         self.fired = False
 
     def run(self) -> None:
+        # the fleet preflight play lists every task of the role (skipped): look in the batch play only
+        play = "PLAY [Maintenance window - upgrade in batches"
         while self.run_.proc.poll() is None:
-            if self.needle in self.run_.out:
+            out = self.run_.out
+            if play in out and self.needle in out[out.index(play):]:
                 self.fired = True
                 self.fn(self.needle)
                 return
