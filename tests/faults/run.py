@@ -437,16 +437,18 @@ def read_lease(k) -> Optional[dict]:
 
 
 def delete_leases(k) -> list[str]:
+    """Remove the window's Lease when no run holds it validly (a killed case's leftover). The admission
+    record (ADMISSION_LEASE) is shared with every other nvidia upgrade on the lab and is left alone."""
     client, coord = k[0], k[4]
-    gone = []
-    for name in (LEASE_NAME, ADMISSION_LEASE):
-        try:
-            coord.delete_namespaced_lease(name, LEASE_NS)
-            gone.append(name)
-        except client.ApiException as e:
-            if e.status != 404:
-                raise
-    return gone
+    le = read_lease(k)
+    if le is None or le["valid"]:
+        return []
+    try:
+        coord.delete_namespaced_lease(LEASE_NAME, LEASE_NS)
+    except client.ApiException as e:
+        if e.status != 404:
+            raise
+    return [LEASE_NAME]
 
 
 def host_snapshot() -> dict:
@@ -551,6 +553,9 @@ def baseline(ctx: "Case") -> None:
     gone = delete_leases(k)
     if gone:
         ctx.note("baseline: deleted stale lease(s) %s" % ", ".join(gone))
+    le = read_lease(k)
+    if le and le["valid"]:
+        raise RuntimeError("the window's Lease is held by %s (a live run?): not starting" % le["holder"])
     why = at_baseline(k[1])
     if why:
         log("%s: baseline: recreating the host (%s)" % (ctx.name, why))
