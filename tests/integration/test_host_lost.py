@@ -21,6 +21,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from labhelpers import create_kwok_nodes, delete_nodes, wait
 
 pytestmark = pytest.mark.lab
 
@@ -51,42 +52,17 @@ def hx(name: str, script: str) -> subprocess.CompletedProcess:
 @pytest.fixture
 def gpu_host(core_v1, lab_kubeconfig):
     """A scratch GPU host (driver OLD) behind its own kwok Node with the GPU presence label."""
-    from kubernetes.client.rest import ApiException
-    from lablib import nodes
-
-    name = f"lab-lost-{uuid.uuid4().hex[:5]}"
-    core_v1.create_node({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
-                     "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                                "kubernetes.io/arch": "amd64", "type": "kwok", "nvidia.com/gpu.present": "true",
-                                nodes.HEARTBEAT_LABEL: "on"}},
-        "spec": {},
-        "status": {"capacity": {"cpu": "4", "memory": "8Gi", "pods": "110", "nvidia.com/gpu": "2"},
-                   "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110", "nvidia.com/gpu": "2"}}})
+    name = create_kwok_nodes(core_v1, "lab-lost", 1, labels={"nvidia.com/gpu.present": "true"},
+                             capacity={"cpu": "4", "memory": "8Gi", "pods": "110", "nvidia.com/gpu": "2"})[0]
     try:
-        nodes.wait_node_ready(core_v1, name, True, timeout=60)
         hostctl("spawn", name, "--node", "--kernel", "5.15.0-107-generic", "--driver", OLD)
-        wait_for(lambda: (core_v1.read_node(name).metadata.labels or {}).get("nvidia.com/cuda.driver.major") == "535",
-                 90, f"{name}: driver labels from the node agent")
+        wait(f"{name}: driver labels from the node agent",
+             lambda: (core_v1.read_node(name).metadata.labels or {}).get("nvidia.com/cuda.driver.major") == "535", 90)
         yield name
     finally:
         subprocess.run([str(HOSTCTL), "rm", name], capture_output=True,
                        env=dict(os.environ, NPUOPS_LAB_DIR=str(lab_dir())), check=False)
-        try:
-            core_v1.delete_node(name)
-        except ApiException:
-            pass
-
-
-def wait_for(pred, timeout: float, what: str, poll: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(poll)
+        delete_nodes(core_v1, [name])
 
 
 def window(name: str, kubeconfig: str, report_dir: Path, lease: str) -> subprocess.Popen:
@@ -127,9 +103,8 @@ def test_host_lost_during_host_work_is_recorded_and_the_rerun_finishes(core_v1, 
 
     run = window(name, lab_kubeconfig, report_dir, lease)
     # the node is drained and paused for host work: the host goes away (power, kernel hang, network)
-    wait_for(lambda: run.poll() is not None
-             or (core_v1.read_node(name).metadata.labels or {}).get(STATE) == "pod-restart-required",
-             300, "pod-restart-required")
+    wait("pod-restart-required", lambda: run.poll() is not None
+         or (core_v1.read_node(name).metadata.labels or {}).get(STATE) == "pod-restart-required", 300)
     assert run.poll() is None, output(report_dir)
     subprocess.run([str(PODMAN), "stop", "-t", "0", "npuops-" + name], capture_output=True, check=True, timeout=60)
     rc = run.wait(timeout=600)
@@ -156,8 +131,8 @@ def test_host_lost_during_host_work_is_recorded_and_the_rerun_finishes(core_v1, 
 
     # the host comes back; the rerun upgrades it, uncordons and restores the pre-window state
     subprocess.run([str(PODMAN), "start", "npuops-" + name], capture_output=True, check=True, timeout=60)
-    wait_for(lambda: hx(name, "test -e /run/npuops-lab/kernel-release && systemctl is-system-running --wait "
-                              ">/dev/null 2>&1; echo ok").stdout.strip() == "ok", 120, f"{name} booted")
+    wait(f"{name} booted", lambda: hx(name, "test -e /run/npuops-lab/kernel-release && systemctl is-system-running "
+                                            "--wait >/dev/null 2>&1; echo ok").stdout.strip() == "ok", 120)
     run = window(name, lab_kubeconfig, report_dir, lease)
     rc = run.wait(timeout=900)
     out = output(report_dir)
