@@ -44,3 +44,8 @@ fi
 pipver=$(grep -oP "pip='\\K[0-9.]+" .venv-sanity/lib/python3*/site-packages/ansible_test/_internal/python_requirements.py | head -1)
 mkdir -p "$HOME/.ansible/test/cache"
 cp scripts/get_pip_offline.py "$HOME/.ansible/test/cache/get_pip_${pipver//./_}.py"
+
+# This checkout as the collection npuops.fleet (a collection installed under ~/.ansible would
+# otherwise shadow it): export ANSIBLE_COLLECTIONS_PATH=$PWD/build/collections to use it by hand.
+mkdir -p build/collections/ansible_collections/npuops
+[ -e build/collections/ansible_collections/npuops/fleet ] || ln -s "$PWD" build/collections/ansible_collections/npuops/fleet

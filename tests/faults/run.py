@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Fault-injection suite: the maintenance window against real process, host and API server faults.
 
 Each case brings one lab host/node to the baseline (old driver, clean Node, uncordoned, a
@@ -706,9 +705,9 @@ def run_case(ctx: Case) -> None:
             keep.set()
             podman("stop", "-t", "5", "npuops-" + TARGET)
             while sp.get("keep_down") and a_box[0].proc.poll() is None:
-                if container_running():  # the reboot brings it back: keep it down
-                    podman("stop", "-t", "1", "npuops-" + TARGET)
-                time.sleep(1)
+                if container_running():  # the reboot's restart brings it back: keep it down at once
+                    podman("kill", "npuops-" + TARGET)
+                time.sleep(0.2)
 
         a = ctx.start("window", pol)
         a_box.append(a)
@@ -861,8 +860,8 @@ def invariants(ctx: Case) -> dict[str, tuple[bool, str]]:
     if done:
         v, raw = host_driver()
         ok = v == NEW and not n.spec.unschedulable
-        res["final"] = (ok, "upgrade-done, nvidia-smi %s, %s" % (v or raw, "uncordoned" if not n.spec.unschedulable
-                                                                  else "CORDONED"))
+        where = "uncordoned" if not n.spec.unschedulable else "CORDONED"
+        res["final"] = (ok, "upgrade-done, nvidia-smi %s, %s" % (v or raw, where))
     elif st == "upgrade-failed":
         try:
             reason = json.loads(an.get(ANN + "last-transition", "{}")).get("reason", "")
@@ -955,8 +954,8 @@ def report(cases: list[Case], seed: int, selected: list[str], path: Path, artifa
     for c in cases:
         lines.append("- **%s** (%ds): node states %s" % (c.name, c.duration, c.watch.states() if c.watch else "-"))
         for r in c.runs:
-            lines.append("  - run %s: rc %s, %ds%s" % (r.label, r.rc, r.duration,
-                                                      ", killed at " + r.killed_at if r.killed else ""))
+            killed = ", killed at " + r.killed_at if r.killed else ""
+            lines.append("  - run %s: rc %s, %ds%s" % (r.label, r.rc, r.duration, killed))
         for i in INVARIANTS:
             if i in c.result:
                 ok, d = c.result[i]
@@ -1037,8 +1036,8 @@ def main() -> int:
              for c in done], indent=1))
     print(report(done, seed, selected, Path(a.result), out))
     failed = [c.name for c in done if any(not ok for ok, _d in c.result.values())]
-    log("%d case(s), %d failed%s; table: %s" % (len(done), len(failed), ": " + " ".join(failed) if failed else "",
-                                                 a.result))
+    names_failed = ": " + " ".join(failed) if failed else ""
+    log("%d case(s), %d failed%s; table: %s" % (len(done), len(failed), names_failed, a.result))
     return 1 if failed else 0
 
 

@@ -309,10 +309,10 @@ def test_ssh_unreachable_when_stopped_and_reboot(scratch, tmp_path):
     name = c[len("npuops-"):]
     port = int(hostctl("ssh-port", name))
     assert json.loads((lab_dir() / "ssh" / "ports.json").read_text())[name] == port
-    r, _ = ansible_adhoc(name, tmp_path, "-m", "ansible.builtin.ping")
+    r, _elapsed = ansible_adhoc(name, tmp_path, "-m", "ansible.builtin.ping")
     assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout + r.stderr
     # it really is sshd: the command runs in an sshd session of root, on the forwarded port
-    r, _ = ansible_adhoc(name, tmp_path, "-m", "ansible.builtin.command", "-a", "printenv SSH_CONNECTION")
+    r, _elapsed = ansible_adhoc(name, tmp_path, "-m", "ansible.builtin.command", "-a", "printenv SSH_CONNECTION")
     assert r.returncode == 0 and r.stdout.rstrip().endswith(" 22"), r.stdout + r.stderr
     # password logins are refused: root logs in with the lab key only
     pw = subprocess.run(["ssh", "-p", str(port), "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
@@ -335,7 +335,7 @@ def test_ssh_unreachable_when_stopped_and_reboot(scratch, tmp_path):
     start = subprocess.run([str(PODMAN), "start", c], capture_output=True, text=True, timeout=60, check=False)
     assert start.returncode == 0, start.stderr
     hostctl("wait-boot", name, "--timeout", "120")
-    r, _ = ansible_adhoc(name, tmp_path, "-m", "ansible.builtin.ping")
+    r, _elapsed = ansible_adhoc(name, tmp_path, "-m", "ansible.builtin.ping")
     assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout + r.stderr
 
     # reboot over ssh: the master connection dies with the container, the module reconnects
