@@ -94,6 +94,33 @@ def restart_apiserver(lab_kubeconfig):
     for r in started:  # never leave the lab without its apiserver
         if r.proc.poll() is None:
             r.proc.communicate(timeout=180)
+    if started:
+        controllers_recovered(lab_kubeconfig)
+
+
+def controllers_recovered(kubeconfig_path: str, timeout: float = 420) -> None:
+    """Wait until a new Deployment gets a Running pod again. A restarted apiserver answers 403 to the
+    controllers' own identities until its RBAC cache is loaded, and their informers then back off
+    (measured: no pods for a new Deployment for more than 60 s): later tests must not inherit that."""
+    from kubernetes import config
+
+    api = config.new_client_from_config(config_file=kubeconfig_path)
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    name = "it-outage-probe-%s" % uuid.uuid4().hex[:5]
+    labels = {"app": name}
+    apps.create_namespaced_deployment(NS, {
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels},
+                              "spec": {"nodeSelector": {"type": "kwok"}, "terminationGracePeriodSeconds": 0,
+                                       "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}}})
+    try:
+        wait("the control plane's controllers after the apiserver restart (a probe pod Running)",
+             lambda: any(p.status.phase == "Running"
+                         for p in core.list_namespaced_pod(NS, label_selector="app=" + name).items), timeout, poll=2)
+    finally:
+        apps.delete_namespaced_deployment(name, NS)
+        api.close()
 
 
 @pytest.fixture
