@@ -45,7 +45,7 @@ def nv_labels(major="550", minor="90", rev="07", kernel="5.15.0-119-generic", os
         (nv_labels(kernel="6.8.0-45-generic", ver="24.04"), "550-6.8.0-45-generic-ubuntu24.04"),
         (nv_labels("525", "105", "17", "5.15.0-69-generic"), "525-5.15.0-69-generic-ubuntu22.04"),
         (nv_labels(kernel="5.14.0-427.13.1.el9_4.x86_64", os_id="rhel", ver="9.4"),
-         "550-5.14.0-427.13.1.el9_4.x86_64-rhel9.4"),
+         "550-5.14.0-427.13.1.el9_4.x86_64-rhel9"),
     ],
 )
 def test_nvidia_precompiled(labels, expected):
