@@ -78,6 +78,7 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
             "libnvidia-compute-{branch}-server",
             "libnvidia-common-{branch}-server",
             "nvidia-utils-{branch}-server",
+            "nvidia-compute-utils-{branch}-server",
         ],
         # The package that carries the userspace driver library.
         "userspace_package": "libnvidia-compute-{branch}-server",

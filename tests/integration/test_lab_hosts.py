@@ -28,7 +28,7 @@ pytestmark = pytest.mark.lab
 V_OLD, V_NEW = "580.126.09", "580.159.03"
 K_OLD, K_NEW = "5.15.0-177-generic", "5.15.0-179-generic"
 NV_PKGS = ["nvidia-driver-580-server-open", "nvidia-dkms-580-server-open", "nvidia-utils-580-server",
-           "libnvidia-compute-580-server", "libnvidia-common-580-server"]
+           "nvidia-compute-utils-580-server", "libnvidia-compute-580-server", "libnvidia-common-580-server"]
 
 
 def lab_dir():
@@ -75,9 +75,11 @@ def scratch(lab_kubeconfig):
     """A fresh scratch host factory: spawn(kernel=..., driver=...) -> container name."""
     made = []
 
-    def spawn(kernel=None, driver=None, devices=2):
+    def spawn(kernel=None, driver=None, devices=2, services=()):
         name = f"scratch-{uuid.uuid4().hex[:6]}"
         args = ["spawn", name, "--devices", str(devices)]
+        for unit in services:
+            args += ["--service", unit]
         if kernel:
             args += ["--kernel", kernel]
         if driver:
@@ -169,6 +171,26 @@ def test_rmmod_nvidia_in_use(scratch):
     assert hx(c, "test -e /sys/module/nvidia", check=False).returncode == 1
     smi = hx(c, "nvidia-smi", check=False)
     assert smi.returncode == 9 and "couldn't communicate with the NVIDIA driver" in smi.stdout
+
+
+def test_persistenced_holds_the_device_and_fails_like_the_real_daemon(scratch):
+    c = scratch(kernel=K_OLD, driver=V_OLD, services=["nvidia-persistenced"])
+    assert hx(c, "systemctl is-active nvidia-persistenced").stdout.strip() == "active"
+    # it keeps /dev/nvidiactl open: the main module cannot go while it runs
+    hx(c, "rmmod nvidia_drm nvidia_modeset nvidia_uvm")
+    r = hx(c, "rmmod nvidia", check=False)
+    assert r.returncode == 1 and "Module nvidia is in use" in r.stdout, r.stdout
+    hx(c, "systemctl stop nvidia-persistenced && rmmod nvidia")
+    # no module: it does not start, with the real daemon's words
+    r = hx(c, "systemctl start nvidia-persistenced", check=False)
+    assert r.returncode != 0
+    assert "failed to initialize" in hx(c, "journalctl -u nvidia-persistenced --no-pager", check=False).stdout
+    # userspace of another version than the loaded module: NVRM API mismatch, not started
+    hx(c, "modprobe nvidia && " + nv_install(V_NEW))
+    r = hx(c, "systemctl start nvidia-persistenced", check=False)
+    assert r.returncode != 0
+    log = hx(c, "journalctl -u nvidia-persistenced --no-pager", check=False).stdout
+    assert f"the client has the version {V_NEW}, but this kernel module has the version {V_OLD}" in log, log
 
 
 @pytest.fixture

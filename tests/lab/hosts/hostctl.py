@@ -6,7 +6,7 @@
   hostctl down             stop the agent, remove the hosts' containers and state
   hostctl status           hosts, booted kernel, loaded driver, agent
   hostctl spawn NAME [--accelerator nvidia|rbln|none] [--devices N] [--os 22.04|24.04]
-                           [--kernel R] [--driver V] [--node]
+                           [--kernel R] [--driver V] [--service UNIT]... [--node]
                            scratch host for tests; with --node the agent keeps it behind the
                            (existing) Node NAME
   hostctl rm NAME          remove one host (scratch or scenario)
@@ -69,7 +69,10 @@ DEFAULT_HOSTS = {
     "lab-node-0": {"accelerator": "nvidia", "devices": 8, "os": "22.04",
                    "kernel": "5.15.0-119-generic", "driver": "550.90.07"},
     "lab-node-1": {"accelerator": "nvidia", "devices": 8, "os": "22.04",
-                   "kernel": "5.15.0-107-generic", "driver": "535.183.06"},
+                   "kernel": "5.15.0-107-generic", "driver": "535.183.06",
+                   # a vendor service that holds the device open: a window must stop it before the
+                   # module unload and bring it back after (the fault suite's "services" invariant)
+                   "services": ["nvidia-persistenced"]},
     "lab-node-2": {"accelerator": "nvidia", "devices": 8, "os": "24.04",
                    "kernel": "6.8.0-45-generic", "driver": "550.90.07"},
     "lab-npu-0": {"accelerator": "rbln", "devices": 4, "os": "22.04",
@@ -239,7 +242,8 @@ def packages_for(spec):
         b = v.split(".")[0]
         pk += ["%s=%s" % (p, full) for p in (
             "nvidia-driver-%s-server-open" % b, "nvidia-dkms-%s-server-open" % b,
-            "nvidia-utils-%s-server" % b, "libnvidia-compute-%s-server" % b,
+            "nvidia-utils-%s-server" % b, "nvidia-compute-utils-%s-server" % b,
+            "libnvidia-compute-%s-server" % b,
             "libnvidia-common-%s-server" % b)]
     elif v and spec.get("accelerator") == "rbln":
         pk += ["rbln-driver=%s-1" % v]
@@ -435,6 +439,9 @@ def provision(name, spec):
               "{ tail -30 /var/log/npuops-lab-provision.log; exit 1; }" % " ".join(pk))
         hexec(name, "rm -f /var/run/reboot-required /var/run/reboot-required.pkgs "
               "/var/log/apt/history.log /var/log/apt/term.log")
+    if spec.get("services"):
+        # enabled as a fleet's configuration management would; they start with the reboot below
+        hexec(name, "systemctl enable %s" % " ".join(s + ".service" for s in spec["services"]))
     reboot(name)
     open(os.path.join(hostdir(name), "provisioned"), "w").write(json.dumps(spec))
 
@@ -583,6 +590,8 @@ def cmd_spawn(a):
         spec["kernel"] = a.kernel
     if a.driver:
         spec["driver"] = a.driver
+    if a.service:
+        spec["services"] = a.service
     img, repo = build_image(), build_repo()
     os.makedirs(HOSTS_DIR, exist_ok=True)
     create_host(a.name, spec, img, repo, node=a.node)
@@ -628,6 +637,8 @@ def main():
     s.add_argument("--os", default="22.04", choices=sorted(OS))
     s.add_argument("--kernel")
     s.add_argument("--driver")
+    s.add_argument("--service", action="append", default=[],
+                   help="enable this systemd unit after the driver install (repeatable)")
     s.add_argument("--node", action="store_true",
                    help="the node agent keeps this host behind the Node of the same name "
                         "(create the Node yourself, annotated kwok.x-k8s.io/node=fake)")

@@ -225,6 +225,23 @@ def nvidia_debs(version):
     utils.add("/usr/bin/nvidia-smi", smi, 0o755)
     debs.append(utils)
 
+    # the persistence daemon and its unit, as Ubuntu ships them; enabled per host by the lab (hostctl
+    # spec "services"), so a window meets a vendor service that holds the device open
+    cu = Deb("nvidia-compute-utils-" + sfx, full, section="utils",
+             depends="libnvidia-compute-%s" % sfx,
+             description="NVIDIA compute utilities (nvidia-persistenced)", **virt("compute-utils"))
+    cu.add("/usr/bin/nvidia-persistenced",
+           open(os.path.join(FILES, "nvidia-persistenced")).read().replace("@VERSION@", version), 0o755)
+    cu.add("/lib/systemd/system/nvidia-persistenced.service",
+           "[Unit]\nDescription=NVIDIA Persistence Daemon\nWants=syslog.target\n\n"
+           "[Service]\nType=forking\nPIDFile=/var/run/nvidia-persistenced/nvidia-persistenced.pid\n"
+           "Restart=no\nExecStart=/usr/bin/nvidia-persistenced --user root\n"
+           "ExecStopPost=/bin/rm -rf /var/run/nvidia-persistenced\n\n"
+           "[Install]\nWantedBy=multi-user.target\n")
+    cu.scripts["prerm"] = ('[ "$1" = remove ] && systemctl stop nvidia-persistenced.service '
+                           '>/dev/null 2>&1 || true\n')
+    debs.append(cu)
+
     dk = Deb("nvidia-dkms-%s-open" % sfx, full, section="kernel",
              description="NVIDIA DKMS package (open kernel module)", **virt("dkms"))
     dk.add("/usr/src/nvidia-%s/dkms.conf" % version,
@@ -238,7 +255,7 @@ def nvidia_debs(version):
     drv = Deb("nvidia-driver-%s-open" % sfx, full, section="restricted/misc",
               depends=", ".join("%s (= %s)" % (p, full) for p in (
                   "libnvidia-common-" + sfx, "libnvidia-compute-" + sfx, "nvidia-utils-" + sfx,
-                  "nvidia-dkms-%s-open" % sfx)),
+                  "nvidia-compute-utils-" + sfx, "nvidia-dkms-%s-open" % sfx)),
               description="NVIDIA driver (open kernel module) metapackage",
               provides="nvidia-driver-binary", conflicts="nvidia-driver-binary",
               replaces="nvidia-driver-binary")
