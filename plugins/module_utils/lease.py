@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import random
+import time
 from typing import Any, Mapping, Optional
 
 from ansible_collections.npuops.fleet.plugins.module_utils import k8s_retry
@@ -35,6 +37,22 @@ class LeaseHeldError(Exception):
     def __init__(self, msg: str, lease: Mapping[str, Any]):
         super().__init__(msg)
         self.lease = lease
+
+
+class LeaseLostError(LeaseHeldError):
+    """A renewal (``renew_only``) found the lease no longer this holder's: deleted, or held by
+    another run (it expired and was taken over). The run is no longer exclusive and must stop."""
+
+
+def lost_message(name: str, namespace: str, holder: str, lease: Optional[Mapping[str, Any]],
+                 now: dt.datetime) -> str:
+    if lease is None:
+        return ("lease %s/%s of %s is gone (deleted, or released after it expired): this run is no longer "
+                "the only one in its maintenance window and stops" % (namespace, name, holder))
+    st = lease_state(lease, now)
+    return ("lease %s/%s is now held by %s (acquired %s), not %s: another run took it over; this run is no "
+            "longer the only one in its maintenance window and stops"
+            % (namespace, name, st["holder"] or "nobody", st["acquire_time"], holder))
 
 
 def now_utc() -> dt.datetime:
@@ -141,6 +159,16 @@ def written_by_us(lease: Optional[Mapping[str, Any]], spec: Mapping[str, Any]) -
     return mine is not None and mine == now
 
 
+def renewed_since(now: Optional[Mapping[str, Any]], read: Optional[Mapping[str, Any]], holder: str) -> bool:
+    """True when ``now`` is still ``holder``'s lease with a later renewTime than ``read`` (the version
+    a renewal was based on): another renewal of the same holder won the race, which renews it too."""
+    have, old = (now or {}).get("spec") or {}, (read or {}).get("spec") or {}
+    if have.get("holderIdentity") != holder:
+        return False
+    t_now, t_old = parse_time(have.get("renewTime")), parse_time(old.get("renewTime"))
+    return t_now is not None and (t_old is None or t_now > t_old)
+
+
 def refuse_message(name: str, namespace: str, st: Mapping[str, Any], now: dt.datetime) -> str:
     exp = parse_time(st["expires"])
     left = int((exp - now).total_seconds()) if exp else 0
@@ -232,16 +260,30 @@ class LeaseManager:
         return json.loads(resp.data)
 
     def acquire(
-        self, holder: str, ttl: int, check_mode: bool = False, now_fn=now_utc, take_over: Optional[str] = None
+        self,
+        holder: str,
+        ttl: int,
+        check_mode: bool = False,
+        now_fn=now_utc,
+        take_over: Optional[str] = None,
+        renew_only: bool = False,
+        sleep: Any = time.sleep,
     ) -> dict[str, Any]:
         """Returns ``{action, changed, taken_over, previous, lease}``; raises LeaseHeldError.
 
-        ``take_over``: see :func:`decide_acquire`."""
-        for _attempt in range(MAX_CONFLICT_RETRIES):
+        ``take_over``: see :func:`decide_acquire`. ``renew_only``: the caller holds the lease already
+        (a run renewing it); anything but a renewal - the lease gone, or another holder's - raises
+        :class:`LeaseLostError` instead of creating or taking it over again, as client-go's leader
+        election never silently re-acquires a lease it lost. A 409 on a renewal whose re-read shows
+        this holder renewed it meanwhile (the hosts of one run renew it together) counts as renewed.
+        """
+        for attempt in range(MAX_CONFLICT_RETRIES):
             lease = self.read()
             now = now_fn()
             decision = decide_acquire(lease, holder, now, take_over=take_over)
             previous = decision.get("state")
+            if renew_only and decision["action"] != "renew":
+                raise LeaseLostError(lost_message(self.name, self.namespace, holder, lease, now), lease or {})
             if decision["action"] == "refuse":
                 raise LeaseHeldError(refuse_message(self.name, self.namespace, previous, now), lease or {})
             spec = new_spec(lease, decision, holder, ttl, now)
@@ -251,9 +293,15 @@ class LeaseManager:
             try:
                 written = self._write(lease, spec)
             except self.k8s.ApiException as exc:
-                if exc.status == 409:  # lost a race: read again, decide again
-                    continue
-                raise
+                if exc.status != 409:
+                    raise
+                if decision["action"] == "renew":
+                    again = self.read()
+                    if renewed_since(again, lease, holder):
+                        return {"action": "renew", "changed": True, "previous": previous, "lease": again}
+                # lost a race: read again, decide again (spread out writers of one run)
+                sleep(random.uniform(0.05, 0.25) * (attempt + 1))
+                continue
             return {"action": decision["action"], "changed": True, "previous": previous, "lease": written}
         raise RuntimeError(
             "lease %s/%s: %d conflicting writes in a row; giving up" % (self.namespace, self.name, MAX_CONFLICT_RETRIES)

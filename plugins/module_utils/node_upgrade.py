@@ -65,6 +65,8 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
         reboot_planned: bool = False,
         host_at_target: Optional[bool] = None,
         baseline: Optional[Mapping[str, Any]] = None,
+        run_id: Optional[str] = None,
+        own_run_only: bool = False,
     ) -> None:
         # core / policy_api / coord_api may be injected (unit tests use in-memory fakes).
         self.core = core or k8s.CoreV1Api(api_client)
@@ -72,6 +74,10 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
         coord = coord_api or (k8s.CoordinationV1Api(api_client) if api_client is not None else None)
         self.slots = admission.Slots(coord, profile, admission_namespace) if coord is not None else None
         self.token = uuid.uuid4().hex
+        # The window's run id, written into every transition record: a run that lost its Lease marks
+        # upgrade-failed only a node whose last transition is its own (own_run_only).
+        self.run_id = run_id or None
+        self.own_run_only = own_run_only
         self.reboot_planned = reboot_planned
         self.reboot_reason: Optional[str] = None
         # The last-transition annotation as this run last saw it: the guard that tells another run's
@@ -141,7 +147,7 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
         self.result["transitions"].append(rec)
         if not self.check:
             # The run id lets a retry recognise its own write when the first response was lost.
-            record = json.dumps(dict(rec, run=self.token))
+            record = json.dumps(dict(rec, run=self.token, **({"run_id": self.run_id} if self.run_id else {})))
             anns = dict(annotations or {}, **{self._ann(node_record.LAST_TRANSITION): record})
             self._patch_transition(self.profile["upgrade_state_label"], to, anns, labels, uncordon)
             if self._labels().get(self.profile["upgrade_state_label"]) != to:
@@ -316,6 +322,11 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
     def _phase_fail(self, entry: sm.Entry, reason: Optional[str]) -> None:
         reason = reason or "upgrade failed (no reason given)"
         last = node_record.get_json_annotation(self.profile, self.node, node_record.LAST_TRANSITION) or {}
+        if self.own_run_only and (not self.run_id or last.get("run_id") != self.run_id):
+            raise UpgradeConflict(
+                "node %s was last moved by run %s, not this run (%s): left to that run (state %s)"
+                % (self.name, last.get("run_id") or "(unknown)", self.run_id or "(no run id)", self.state or "(none)")
+            )
         if self.state == sm.UPGRADE_FAILED and last.get("reason") == reason:
             self.result["message"] = "node %s already upgrade-failed: %s" % (self.name, reason)
             return

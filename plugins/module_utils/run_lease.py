@@ -59,7 +59,7 @@ class LeaseKeepalive:
             return
         self.last_try = now
         try:
-            self.manager.acquire(self.holder, self.ttl)
+            self.manager.acquire(self.holder, self.ttl, renew_only=True)
         except LeaseHeldError as exc:
             raise LeaseLost("the run's maintenance Lease is no longer ours: %s" % exc) from exc
         except Exception as exc:  # noqa: BLE001 - transient ones are retried at the next tick

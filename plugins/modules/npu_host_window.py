@@ -178,6 +178,12 @@ restored:
       description: apt timers started.
       type: list
       elements: str
+    services_left_alone:
+      description:
+        - Units recorded enabled or active that are gone (package removed) or masked now, as
+          C(<unit> (<state now>)) - changed by someone since the record; not restored, not a failure.
+      type: list
+      elements: str
     failed:
       description:
         - What could not be put back - C(kind) (C(service), C(timer), C(holds)), C(name), C(msg) (systemctl's or

@@ -103,6 +103,19 @@ options:
         recorded yet; kept across retries after C(upgrade-failed) until C(upgrade-done), so a retry
         compares with the healthy host, not with the broken one. RV(baseline) returns the recorded value.
     type: dict
+  run_id:
+    description:
+      - The maintenance window's run id, written into every transition record (annotation
+        C(<prefix>-last-transition), key C(run_id)) so that later calls can tell this run's transitions
+        from another run's.
+    type: str
+  own_run_only:
+    description:
+      - O(phase=fail) only - mark the node only when its last transition was written by O(run_id); a node
+        last moved by another run (or before run ids) fails with RV(conflict) and is left alone. For a run
+        that lost its Lease - another run may be working on the node now.
+    type: bool
+    default: false
   admission_namespace:
     description:
       - Namespace of the admission slot record, the Lease C(npuops-fleet-admission-<vendor>) through which
@@ -318,6 +331,8 @@ def main():
         reboot_planned=dict(type="bool", default=False),
         host_at_target=dict(type="bool"),
         baseline=dict(type="dict"),
+        run_id=dict(type="str"),
+        own_run_only=dict(type="bool", default=False),
         admission_namespace=dict(type="str", default="kube-system"),
         run_lease=dict(
             type="dict",
@@ -393,6 +408,8 @@ def main():
         reboot_planned=p["reboot_planned"],
         host_at_target=p["host_at_target"],
         baseline=p["baseline"],
+        run_id=p["run_id"],
+        own_run_only=p["own_run_only"],
     )
     try:
         result = upgrade.run(p["phase"], p["reason"])

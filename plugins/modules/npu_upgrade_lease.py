@@ -59,6 +59,15 @@ options:
         (RV(taken_over), RV(previous_holder)). Any other valid holder is still refused. The refusal
         message names the value to pass.
     type: str
+  renew_only:
+    description:
+      - O(state=present) only - the run holds the lease already and renews it. When it is gone or
+        another holder's (it expired and another run took it over), fail with RV(operation=lost) and
+        RV(lease_lost=true) instead of creating or taking it back; the run is no longer the only one and
+        must stop (client-go's leader election never re-acquires silently either). A renewal that
+        collides with another renewal of the same holder (the hosts of one run) counts as renewed.
+    type: bool
+    default: false
   state:
     description:
       - C(present) acquires or renews; C(absent) releases if held by O(holder).
@@ -103,13 +112,18 @@ operation:
   description: >-
     What happened - C(create), C(renew), C(take_over) (expired lease of another holder),
     C(acquire_free) (lease object without holder), C(release), C(absent) (nothing to release),
-    C(not_ours) (held by another holder; left alone).
+    C(not_ours) (held by another holder; left alone); on failure C(refuse) (another holder's valid lease)
+    or C(lost) (O(renew_only) and the lease is gone or another holder's).
   returned: always
   type: str
   sample: create
 acquired:
   description: Whether O(holder) holds the lease after the task (O(state=present)).
   returned: always
+  type: bool
+lease_lost:
+  description: True when O(renew_only) found the lease gone or another holder's (RV(operation=lost)).
+  returned: on failure with O(renew_only)
   type: bool
 taken_over:
   description: True when another holder's lease was taken over (expired, or named by O(take_over)).
@@ -180,6 +194,7 @@ from ansible_collections.npuops.fleet.plugins.module_utils.lease import (
     DEFAULT_NAME,
     DEFAULT_NAMESPACE,
     LeaseHeldError,
+    LeaseLostError,
     LeaseManager,
     lease_state,
     now_utc,
@@ -195,6 +210,7 @@ def argument_spec():
         ttl={"type": "int", "default": 3600},
         state={"type": "str", "choices": ["present", "absent"], "default": "present"},
         take_over={"type": "str"},
+        renew_only={"type": "bool", "default": False},
     )
     return spec
 
@@ -218,9 +234,15 @@ def main():
         mgr = LeaseManager(api_client, p["namespace"], p["name"],
                            labels={"app.kubernetes.io/managed-by": "npuops.fleet"})
         if p["state"] == "present":
-            res = mgr.acquire(holder, p["ttl"], module.check_mode, take_over=(p["take_over"] or "").strip() or None)
+            res = mgr.acquire(holder, p["ttl"], module.check_mode, take_over=(p["take_over"] or "").strip() or None,
+                              renew_only=p["renew_only"])
         else:
             res = mgr.release(holder, module.check_mode)
+    except LeaseLostError as exc:
+        st = lease_state(exc.lease, now_utc()) if exc.lease else {}
+        module.fail_json(msg=str(exc), changed=False, operation="lost", lease_lost=True, acquired=False,
+                         taken_over=False, previous_holder=st.get("holder", ""), holder=st.get("holder", ""),
+                         lease=exc.lease or None, kube_auth=kube_auth)
     except LeaseHeldError as exc:
         st = lease_state(exc.lease, now_utc())
         module.fail_json(msg=str(exc), changed=False, operation="refuse", acquired=False, taken_over=False,

@@ -122,12 +122,18 @@ def restore_plan(
 
     ``enable``: recorded enabled, not enabled now; ``start``: recorded active, not active now;
     ``hold``: recorded held, installed now and not held; ``start_timers``: apt timers recorded active and
-    not active now. A unit recorded as missing is left alone.
+    not active now. A unit recorded as missing is left alone; so is one that is gone now (its package
+    removed) or masked now - a person's later decision, not this window's doing - listed in
+    ``left_alone`` as ``"<unit> (<state now>)"``.
     """
-    enable, start, start_timers = [], [], []
+    enable, start, start_timers, left_alone = [], [], [], []
     for name, was in (record.get("services") or {}).items():
         now = services_now.get(name) or {}
         if not was.get("exists"):
+            continue
+        if now and (not now.get("exists", True) or now.get("enabled_state") in ("masked", "masked-runtime")):
+            if was.get("enabled") or was.get("active"):
+                left_alone.append("%s (%s now)" % (name, now.get("enabled_state") or "not-found"))
             continue
         if was.get("enabled") and not now.get("enabled"):
             enable.append(name)
@@ -141,7 +147,7 @@ def restore_plan(
         p for p in record.get("held_packages") or []
         if (dpkg_now.get(p) or {}).get("installed") and not dpkg_now[p]["held"]
     ]
-    return {"enable": enable, "start": start, "hold": hold, "start_timers": start_timers}
+    return {"enable": enable, "start": start, "hold": hold, "start_timers": start_timers, "left_alone": left_alone}
 
 
 # ---- record file ----------------------------------------------------------------------------
@@ -304,7 +310,8 @@ class HostWindow:
 
     @staticmethod
     def empty_restored() -> dict[str, Any]:
-        keys = ("services_enabled", "services_started", "holds_reapplied", "timers_started", "failed")
+        keys = ("services_enabled", "services_started", "holds_reapplied", "timers_started", "failed",
+                "services_left_alone")
         return {k: [] for k in keys}
 
     def restore(self, record: Mapping[str, Any], lock_timeout: float, check_mode: bool) -> dict[str, Any]:
@@ -316,6 +323,7 @@ class HostWindow:
         dpkg_now = self.dpkg_status() if record.get("held_packages") else {}
         plan = restore_plan(record, services_now, timers_now, dpkg_now)
         res = self.empty_restored()
+        res["services_left_alone"] = plan["left_alone"]
         if check_mode:
             res.update(
                 services_enabled=plan["enable"], services_started=plan["start"],

@@ -110,7 +110,22 @@ def test_restore_plan_starts_exactly_what_was_active():
         "start": ["nvidia-persistenced"],
         "hold": ["nvidia-dkms-550-server-open"],
         "start_timers": ["apt-daily.timer"],
+        "left_alone": [],
     }
+
+
+def test_restore_plan_leaves_alone_a_unit_removed_or_masked_since_the_record():
+    # an admin removed fabricmanager and masked dcgm after a failed window: a later window's restore
+    # of that old record must not fail on them, nor unmask/re-enable them; it says so
+    record = {"services": {"nvidia-fabricmanager": unit(), "nvidia-dcgm": unit(), "nvidia-persistenced": unit()}}
+    now = {
+        "nvidia-fabricmanager": {"exists": False, "enabled": False, "enabled_state": "not-found", "active": False},
+        "nvidia-dcgm": {"exists": True, "enabled": False, "enabled_state": "masked", "active": False},
+        "nvidia-persistenced": unit(active=False),
+    }
+    plan = wr.restore_plan(record, now, {}, {})
+    assert plan["enable"] == [] and plan["start"] == ["nvidia-persistenced"]
+    assert plan["left_alone"] == ["nvidia-fabricmanager (not-found now)", "nvidia-dcgm (masked now)"]
 
 
 def test_new_record_lists_the_timers_it_will_stop():

@@ -341,3 +341,59 @@ def test_explicit_take_over_only_from_the_named_holder():
     assert L.decide_acquire(lease(), "a/1", NOW, take_over="a/1")["action"] == "renew"
     st = L.lease_state(lease(), NOW)
     assert "take_over=a/1" in L.refuse_message("x", "kube-system", st, NOW)
+
+
+# --- renewals of a run (renew_only): never re-acquire silently; siblings of one run do not collide ---
+def test_renew_only_renews_our_lease():
+    api = FakeApi(lease(holder="a/1", renew_ago=10))
+    r = manager(api).acquire("a/1", 60, now_fn=lambda: NOW, renew_only=True)
+    assert r["action"] == "renew" and api.obj["spec"]["renewTime"] == L.fmt_time(NOW)
+
+
+def test_renew_only_does_not_recreate_a_deleted_lease():
+    api = FakeApi(None)
+    with pytest.raises(L.LeaseLostError, match="is gone"):
+        manager(api).acquire("a/1", 60, now_fn=lambda: NOW, renew_only=True)
+    assert api.obj is None  # nothing created
+
+
+def test_renew_only_does_not_take_back_a_lease_another_run_took_over():
+    # our lease expired while we stalled; b/2 took it over and its lease has itself expired since:
+    # a plain acquire would take it over again, a renewal must stop
+    api = FakeApi(lease(holder="b/2", renew_ago=600, duration=60))
+    with pytest.raises(L.LeaseLostError, match="now held by b/2"):
+        manager(api).acquire("a/1", 60, now_fn=lambda: NOW, renew_only=True)
+    assert api.obj["spec"]["holderIdentity"] == "b/2"
+
+
+def test_a_renewal_that_loses_to_a_sibling_renewal_of_the_same_run_counts_as_renewed():
+    # the hosts of one run renew together: between this call's read and write another host of the
+    # same run renewed (new resourceVersion, later renewTime) - the 409 is not a lost race
+    api = FakeApi(lease(holder="a/1", renew_ago=10))
+    writes = []
+
+    def sibling_renews(a):
+        spec = dict(a.obj["spec"], renewTime=L.fmt_time(NOW + dt.timedelta(seconds=len(writes) + 1)))
+        a._bump({"metadata": dict(a.obj["metadata"]), "spec": spec})
+        writes.append(a.rv)
+
+    naps = []
+    for _ in range(20):
+        api.interfere = sibling_renews
+        r = manager(api).acquire("a/1", 60, now_fn=lambda: NOW + dt.timedelta(seconds=len(writes)), renew_only=True,
+                                 sleep=naps.append)
+        assert r["action"] == "renew"
+    assert len(writes) == 20 and naps == []  # each answered at once, no retry loop
+    assert api.obj["spec"]["holderIdentity"] == "a/1"
+
+
+def test_a_renewal_that_loses_to_another_holder_is_lost():
+    api = FakeApi(lease(holder="a/1", renew_ago=10))
+
+    def other_takes_over(a):
+        spec = dict(a.obj["spec"], holderIdentity="b/2", renewTime=L.fmt_time(NOW), acquireTime=L.fmt_time(NOW))
+        a._bump({"metadata": dict(a.obj["metadata"]), "spec": spec})
+
+    api.interfere = other_takes_over
+    with pytest.raises(L.LeaseLostError, match="now held by b/2"):
+        manager(api).acquire("a/1", 60, now_fn=lambda: NOW, renew_only=True, sleep=lambda s: None)

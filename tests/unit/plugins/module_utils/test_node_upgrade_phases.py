@@ -203,6 +203,30 @@ def test_reboot_and_fail_phases():
     assert not res["changed"]
 
 
+def test_a_run_that_lost_its_lease_marks_only_a_node_it_moved_last():
+    from ansible_collections.npuops.fleet.plugins.module_utils.upgrade_state_machine import UpgradeConflict
+
+    c = cluster()
+    run(c, "prepare", run_id="run-A")
+    run(c, "reboot", run_id="run-A")
+    last = json.loads(c.nodes["n1"]["metadata"]["annotations"][ANN + "last-transition"])
+    assert last["run_id"] == "run-A"
+    # run B took the node over (its transition is the last one): A's mark leaves it alone
+    ann = c.nodes["n1"]["metadata"]["annotations"][ANN + "last-transition"]
+    json_b = json.loads(ann)
+    json_b["run_id"] = "run-B"
+    c.nodes["n1"]["metadata"]["annotations"][ANN + "last-transition"] = json.dumps(json_b)
+    with pytest.raises(UpgradeConflict, match="last moved by run run-B"):
+        run(c, "fail", reason="lost its lease", run_id="run-A", own_run_only=True)
+    assert c.nodes["n1"]["metadata"]["labels"][STATE] == "reboot-required"
+    # still A's: marked upgrade-failed, cordoned
+    res = run(c, "fail", reason="lost its lease", run_id="run-B", own_run_only=True)
+    assert res["state"] == "upgrade-failed" and c.nodes["n1"]["spec"]["unschedulable"] is True
+    # without a run id nothing can be proven to be ours
+    with pytest.raises(UpgradeConflict):
+        run(c, "fail", reason="x", own_run_only=True)
+
+
 def test_finish_before_prepare_is_an_error():
     with pytest.raises(UpgradeFailed) as err:
         run(cluster(), "finish")

@@ -23,7 +23,8 @@ class Manager:
         self.calls = []
         self.answers = list(answers or [])
 
-    def acquire(self, holder, ttl):
+    def acquire(self, holder, ttl, renew_only=False):
+        assert renew_only, "a keepalive only renews: it never re-creates or takes over the Lease"
         self.calls.append((holder, ttl))
         answer = self.answers.pop(0) if self.answers else None
         if answer is not None:

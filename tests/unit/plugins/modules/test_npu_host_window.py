@@ -181,6 +181,7 @@ def test_absent_restores_exactly_the_recorded_state(monkeypatch, capsys, tmp_pat
         "holds_reapplied": ["linux-image-5.15.0-177-generic"],
         "timers_started": ["apt-daily.timer", "apt-daily-upgrade.timer"],
         "failed": [],
+        "services_left_alone": [],
     }
     assert host.units["nvidia-dcgm"] == ["disabled", "inactive"]  # was neither enabled nor active
     assert host.packages["linux-image-5.15.0-177-generic"][0] == "hold"
