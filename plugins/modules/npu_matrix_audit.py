@@ -82,11 +82,12 @@ options:
   os_tag_rules:
     description:
       - Extra or replacement OS tag rules, os-release C(ID) -> C({format, pattern, names}); C(format) is
-        a template over the named groups of C(pattern) (a regex matched against C(VERSION_ID)); for
-        Rocky Linux, key C(rocky) with C(pattern) C(^(?P<major>\d+)) and C(format) C(rocky{major}).
-      - Built in - C(ubuntu) (C(ubuntu22.04)), C(rhel) (C(rhel9.4)), C(rhcos) (C(rhcos4.15), also from a
-        C(415.92.2024...) VERSION_ID), C(sles) (C(sles15.5)), C(sl-micro), C(centos) (C(centos8)),
-        C(debian) (C(debian12)). Any other OS makes the node C(UNLABELED) with the reason.
+        a template over the named groups of C(pattern) (a regex matched against C(VERSION_ID)) and
+        C({version}); for Talos, key C(talos) with C(format) C(talos{version}).
+      - Built in, as the GPU Operator builds the tag (controllers/state_manager.go) - C(ubuntu)
+        (C(22.04) -> C(ubuntu22.04)), C(rhel), C(rocky), C(ol) (major only - C(9.4) -> C(rhel9), C(rocky9),
+        C(ol9)), C(rhcos) (C(4.15) -> C(rhcos4.15)), C(sles) (C(sles15.6), C(sles15-SP6)), C(sl-micro),
+        C(centos) (C(centos8)), C(debian) (C(debian12)). Any other OS makes the node C(UNLABELED) with the reason.
     type: dict
 attributes:
   check_mode:
