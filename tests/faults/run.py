@@ -97,6 +97,8 @@ CASES.update({
     "dpkg-lock": {"kind": "dpkg", "at": "cordon-required"},
     "two-windows": {"kind": "two"},
     "stale-lease": {"kind": "stale", "at": "pod-restart-required"},
+    # another run takes the window's Lease over while this one works (its own stalled past the TTL)
+    "lease-stolen": {"kind": "stolen", "at": "pod-restart-required"},
 })
 
 
@@ -840,6 +842,34 @@ def run_case(ctx: Case) -> None:
             d = ctx.start("as-same-run", pol, "maintenance_run_id=" + holder.split("/", 1)[1])
             ctx.finished(d)
             ctx.expect_done(d)
+    elif kind == "stolen":
+        thief = "thief/20250101T000000Z-1"
+
+        def steal(s):
+            coord = ctx.k[4]
+            le = retry(lambda: coord.read_namespaced_lease(LEASE_NAME, LEASE_NS), "lease")
+            now = dt.datetime.now(dt.timezone.utc)
+            le.spec.holder_identity, le.spec.renew_time, le.spec.acquire_time = thief, now, now
+            le.spec.lease_duration_seconds = 900
+            retry(lambda: coord.replace_namespaced_lease(LEASE_NAME, LEASE_NS, le), "lease")
+            ctx.note("Lease taken over by %s at %s" % (thief, s))
+
+        ctx.stale_holders.add(thief)
+        a = ctx.start("window", pol)
+        w.on(sp["at"], steal)
+        ctx.finished(a)
+        row = a.row() or {}
+        reason = row.get("reason") or ""
+        ctx.check(a.rc != 0 and row.get("status") == "failed", "run that lost its Lease failed: rc=%s status=%s"
+                  % (a.rc, row.get("status")))
+        ctx.check(thief in reason, "reason names the run that holds the Lease now: %r" % reason[:250])
+        n = retry(lambda: ctx.k[1].read_node(TARGET), "node")
+        ctx.check((n.metadata.labels or {}).get(STATE) == "upgrade-failed" and bool(n.spec.unschedulable),
+                  "its node marked upgrade-failed and cordoned (state %s)" % (n.metadata.labels or {}).get(STATE))
+        le = read_lease(ctx.k) or {}
+        ctx.check(le.get("holder") == thief, "the other run's Lease left alone: holder %r" % le.get("holder"))
+        delete_leases(ctx.k)  # that run ends
+        ctx.expect_done(ctx.rerun(a, "rerun", pol))
     else:
         raise ValueError(kind)
 
