@@ -52,3 +52,8 @@ build: bootstrap
 
 clean:
 	rm -rf build .pytest_cache .ruff_cache tests/output
+
+# real Debian NVIDIA packages built by real DKMS (tests/lab/realpkg/README.md): mirror, image, smoke check
+.PHONY: realpkg-lab
+realpkg-lab:
+	@python3 tests/lab/realpkg/mirror.py && python3 tests/lab/realpkg/image.py && python3 tests/lab/realpkg/smoke.py

@@ -52,7 +52,8 @@ class Recorder:
         t0 = time.time()
         r = subprocess.run(["podman", "exec", CTR, "/bin/bash", "-c", script], text=True,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
-        lines = r.stdout.rstrip("\n").split("\n") if r.stdout.strip() else []
+        lines = [ln for ln in r.stdout.rstrip("\n").split("\n") if not ln.startswith("(Reading database ... ")
+                 or ln.endswith("installed.)")] if r.stdout.strip() else []
         cut = len(lines) - keep if keep and len(lines) > keep else 0
         step = {"title": title, "cmd": script, "rc": r.returncode, "seconds": round(time.time() - t0, 1),
                 "output": ("[... %d lines cut]\n" % cut if cut else "") + "\n".join(lines[cut:]),
@@ -107,11 +108,11 @@ def report_packages(mdir: str) -> str:
                     k, v = line.split(":", 1)
                     rec[k] = v.strip()
             recs.append(rec)
-    keyw = ("nvidia", "glx", "dkms", "linux-", "firmware")
+    keyw = ("nvidia", "glx", "dkms", "firmware")
     main, rest = [], []
     for r in sorted(recs, key=lambda r: (r["Package"], r["Version"])):
-        src = r.get("Source", r["Package"])
-        if any(k in r["Package"] or k in src for k in keyw):
+        src = r.get("Source", r["Package"]).split()[0]
+        if src == "linux" or any(k in r["Package"] or k in src for k in keyw):
             main.append("\n".join("%s: %s" % (k, r[k]) for k in FIELDS if k in r))
         else:
             rest.append("%s=%s" % (r["Package"], r["Version"]))
