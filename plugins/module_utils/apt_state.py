@@ -103,10 +103,18 @@ def parse_dpkg_query(text: str) -> dict[str, dict[str, str]]:
     return res
 
 
+def in_families(name: str, patterns: Iterable[str]) -> bool:
+    """Whether package ``name`` (an architecture qualifier ``:amd64`` ignored) matches any fnmatch
+    pattern (``nvidia-*``), case-sensitively over the whole name: the one rule of the collection's
+    package family lists (also the Jinja test ``npuops.fleet.package_match``)."""
+    base = name.split(":", 1)[0]
+    return any(fnmatch.fnmatchcase(base, p) for p in patterns)
+
+
 def match_families(names: Iterable[str], patterns: Iterable[str]) -> list[str]:
     """Names that match any fnmatch pattern (``nvidia-*``), sorted."""
     pats = list(patterns)
-    return sorted({n for n in names if any(fnmatch.fnmatchcase(n, p) for p in pats)})
+    return sorted({n for n in names if in_families(n, pats)})
 
 
 def family_to_blacklist(pattern: str) -> str:

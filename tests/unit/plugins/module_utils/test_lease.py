@@ -378,7 +378,7 @@ def test_a_renewal_that_loses_to_a_sibling_renewal_of_the_same_run_counts_as_ren
         writes.append(a.rv)
 
     naps = []
-    for _ in range(20):
+    for _renewal in range(20):
         api.interfere = sibling_renews
         r = manager(api).acquire("a/1", 60, now_fn=lambda: NOW + dt.timedelta(seconds=len(writes)), renew_only=True,
                                  sleep=naps.append)
