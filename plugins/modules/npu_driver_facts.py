@@ -17,6 +17,9 @@ description:
     epoch and Debian revision dropped, numeric components compared as numbers (C(550.90.07) is
     C(550.90.7)), and a C(major.minor) such as the C(570.124) of NVML's mismatch line matches
     C(570.124.06); a lone major (C(580)) never matches a full version.
+  - Also reports the DKMS state per kernel and for the boot kernel (RV(dkms)), the Secure Boot state
+    (RV(secure_boot)) and, for NVIDIA, the fabric manager version against the driver's (RV(fabricmanager));
+    a command the host lacks (C(dkms), C(mokutil), C(journalctl)) makes its part unknown, never a failure.
   - Also reports pending reboot, held packages, the installed driver and kernel packages,
     unattended-upgrades status (APT::Periodic, C(apt-daily-upgrade.timer), blacklist coverage) and the
     last C(/var/log/apt/history.log) entry that touched driver or kernel packages.
@@ -266,6 +269,155 @@ in_use_reason:
       C(module in use - nvidia held by module nvidia_modeset; pid 1346 (/usr/bin/nvidia-persistenced)). Null otherwise.
   returned: always
   type: str
+dkms:
+  description:
+    - DKMS state per kernel from C(dkms status) (dkms 2.x C(name, version, kernel, arch) and 3.x
+      C(name/version, kernel, arch) lines, C(added) lines, states with a note), and whether the driver's
+      DKMS module is installed for RV(boot_kernel). The driver's DKMS names come from the one table
+      C(DRIVER_DKMS_MODULES) of C(plugins/module_utils/host/dkms.py), keyed by the profile's C(main_module)
+      (C(nvidia) - C(nvidia) on Ubuntu and the CUDA repository, C(nvidia-current) on Debian,
+      C(nvidia-tesla-<branch>), C(nvidia-open); C(rebellions)).
+    - With O(expected_version) only that version of the driver's module counts.
+    - Without the C(dkms) command RV(dkms.available) is false and the verdict C(unknown); precompiled
+      module flavours have no DKMS entry, their verdict is C(missing).
+  returned: always
+  type: dict
+  contains:
+    available:
+      description: The C(dkms) command exists (and was run).
+      type: bool
+    ok:
+      description: No C(Error!) line and exit code 0 (dkms can print an error and exit 0); null without dkms.
+      type: bool
+    errors:
+      description: C(Error!) lines, each with the lines that explain it.
+      type: list
+      elements: str
+    kernels:
+      description: Kernel release -> the DKMS modules built for it, each C({module, version, arch, state, note}).
+      type: dict
+    registered:
+      description: Modules registered but built for no kernel (C(added)), each C({module, version}).
+      type: list
+      elements: dict
+    driver_modules:
+      description: The driver's DKMS module names dkms knows.
+      type: list
+      elements: str
+    boot_kernel:
+      description: RV(boot_kernel).
+      type: str
+    boot_kernel_state:
+      description:
+        - The state of the driver's module for the boot kernel - dkms's word (C(installed), C(built)),
+          C(added-only) (known to dkms but not built for that kernel) or C(missing); null without dkms.
+      type: str
+    boot_kernel_version:
+      description: Version of the driver's DKMS module built for the boot kernel; null when none.
+      type: str
+    boot_kernel_note:
+      description: The note after the state, for example C(WARNING! Diff between built and installed module!).
+      type: str
+    boot_kernel_installed:
+      description: The driver's DKMS module is C(installed) for the boot kernel; null without dkms.
+      type: bool
+    verdict:
+      description:
+        - C(installed), C(installed-with-warning) (installed with a note), C(built) (not installed),
+          C(added-only), C(missing), C(error) (an C(Error!) line and no build for the boot kernel) or
+          C(unknown) (no dkms).
+      type: str
+  sample:
+    available: true
+    ok: true
+    errors: []
+    kernels:
+      6.1.0-50-amd64: [{module: nvidia-current, version: 535.216.03, arch: x86_64, state: installed, note: null}]
+    registered: []
+    driver_modules: [nvidia-current]
+    boot_kernel: 6.1.0-50-amd64
+    boot_kernel_state: installed
+    boot_kernel_version: 535.216.03
+    boot_kernel_note: null
+    boot_kernel_installed: true
+    verdict: installed
+secure_boot:
+  description:
+    - Secure Boot state - the last byte of the EFI variable
+      C(/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-e0a9e9d6c3ae) (1 enabled), else
+      C(mokutil --sb-state) (a legacy BIOS boot, C(EFI variables are not supported on this system), is
+      C(disabled)), else C(unknown). With Secure Boot enabled the kernel refuses a module not signed with
+      an enrolled key.
+  returned: always
+  type: dict
+  contains:
+    state:
+      description: C(enabled), C(disabled) or C(unknown).
+      type: str
+    source:
+      description: C(efivar) or C(mokutil); null when unknown.
+      type: str
+    detail:
+      description: mokutil's other lines (C(SecureBoot validation is disabled in shim)); null otherwise.
+      type: str
+  sample: {state: enabled, source: efivar, detail: null}
+fabricmanager:
+  description:
+    - NVIDIA profile only (null for other vendors) - the installed fabric manager package
+      (C(nvidia-fabricmanager-<branch>), C(nvidia-fabricmanager), else C(cuda-drivers-fabricmanager-<branch>),
+      which can be a transitional package) against the driver version. On NVSwitch systems the two must
+      be identical, else C(nvidia-fabricmanager) does not start.
+    - The driver version is the userspace driver package's (RV(userspace_package)), else the userspace
+      version, else the module on disk for the boot kernel, else the loaded module's.
+  returned: always
+  type: dict
+  contains:
+    installed:
+      description: A fabric manager package is installed.
+      type: bool
+    package:
+      description: The package whose version is compared; null when none.
+      type: str
+    version:
+      description: Its upstream version (epoch and Debian revision dropped).
+      type: str
+    version_raw:
+      description: Its package version as installed.
+      type: str
+    packages:
+      description: Every installed fabric manager package, name -> version.
+      type: dict
+    driver_version:
+      description: The driver version compared with.
+      type: str
+    driver_source:
+      description: Where the driver version comes from (C(dpkg:<package>), C(smi), C(on_disk_boot), ...).
+      type: str
+    matches_driver:
+      description:
+        - Fabric manager and driver versions are the same version, component for component (a major.minor
+          never matches); null when fabric manager is not installed or the driver version is unknown.
+      type: bool
+    message:
+      description: For example C(fabricmanager 530.30.02 != driver 530.41.03); null when they match.
+      type: str
+    log_mismatch:
+      description:
+        - The service's own refusals in this boot's journal (C(journalctl -u nvidia-fabricmanager)), each
+          C({fabricmanager, driver, message}).
+      type: list
+      elements: dict
+  sample:
+    installed: true
+    package: nvidia-fabricmanager-550
+    version: 550.127.05
+    version_raw: 550.127.05-1
+    packages: {nvidia-fabricmanager-550: 550.127.05-1}
+    driver_version: "550.120"
+    driver_source: dpkg:nvidia-utils-550-server
+    matches_driver: false
+    message: fabricmanager 550.127.05 != driver 550.120
+    log_mismatch: []
 profile:
   description:
     - The vendor profile as resolved from O(vendor), O(vendor_profile) and O(vendor_profiles)
@@ -299,7 +451,14 @@ from ansible_collections.npuops.fleet.plugins.module_utils.driver_version import
     normalize_version,
     same_driver_version,
 )
-from ansible_collections.npuops.fleet.plugins.module_utils.host import apt_output, dpkg_lock, kmod_holders  # noqa: E402
+from ansible_collections.npuops.fleet.plugins.module_utils.host import (  # noqa: E402
+    apt_output,
+    dkms,
+    dpkg_lock,
+    fabricmanager,
+    kmod_holders,
+    secure_boot,
+)
 from ansible_collections.npuops.fleet.plugins.module_utils.vendor_profiles import (  # noqa: E402
     PROFILE_ARG_SPEC,
     ProfileError,
@@ -313,6 +472,14 @@ NVIDIA_PROC_VERSION = "/proc/driver/nvidia/version"
 def _read(path):
     try:
         with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _read_bytes(path):
+    try:
+        with open(path, "rb") as f:
             return f.read()
     except OSError:
         return None
@@ -448,6 +615,32 @@ class Facts:
             if target.startswith(prefix):
                 res.append((int(fd[len(proc) + 1 :].split("/", 1)[0]), target))
         return res
+
+    # DKMS, Secure Boot, fabric manager: a missing command is "unknown", never a failure
+    def dkms_status(self):
+        path = self.bin("dkms")
+        if not path:
+            return None, None
+        rc, out, err = self.run([path, "status"])
+        return out + ("\n" + err if err else ""), rc
+
+    def secure_boot(self):
+        efivar = _read_bytes(secure_boot.EFIVAR_PATH) if os.path.exists(secure_boot.EFIVAR_PATH) else None
+        mokutil_text = None
+        if secure_boot.parse_efivar(efivar) is None:
+            mokutil = self.bin("mokutil")
+            if mokutil:
+                _rc, out, err = self.run([mokutil, "--sb-state"])
+                mokutil_text = out + ("\n" + err if err else "")
+        return secure_boot.secure_boot_state(efivar, mokutil_text)
+
+    def fabricmanager_log(self):
+        journalctl = self.bin("journalctl")
+        if not journalctl:
+            return None
+        args = [journalctl, "-u", "nvidia-fabricmanager", "-b", "-n", "200", "--no-pager", "-o", "cat"]
+        _rc, out, _err = self.run(args)
+        return out
 
     # smi
     def smi(self, fields):
@@ -604,6 +797,24 @@ def main():
     smi_version = next((sv for sv in smi_versions if sv), None)
     matches = target_match(p["expected_version"], loaded, userspace, on_disk.get(boot_kernel), smi_versions)
 
+    # DKMS for the boot kernel (the driver's DKMS names: dkms.DRIVER_DKMS_MODULES), Secure Boot, fabric manager
+    dkms_text, dkms_rc = f.dkms_status()
+    dkms_facts = dkms.kernel_facts(dkms_text, dkms_rc or 0, module_name, boot_kernel, p["expected_version"])
+    sb = f.secure_boot()
+    fm = None
+    if is_nvidia:
+        if user_pkg:
+            ref, ref_source = user_pkg["version"], "dpkg:%s" % user_pkg["name"]
+        elif userspace:
+            ref, ref_source = userspace, user_source
+        elif on_disk.get(boot_kernel):
+            ref, ref_source = on_disk.get(boot_kernel), "on_disk_boot"
+        else:
+            ref, ref_source = loaded, loaded_source
+        fm = fabricmanager.fabricmanager_facts(installed_pkgs, ref, ref_source)
+        if fm["installed"]:
+            fm = fabricmanager.fabricmanager_facts(installed_pkgs, ref, ref_source, f.fabricmanager_log())
+
     # OS update state
     reboot_required = os.path.exists("/var/run/reboot-required")
     reboot_pkgs = apt_state.parse_reboot_required_pkgs(_read("/var/run/reboot-required.pkgs") or "")
@@ -682,6 +893,9 @@ def main():
         "load_order": kmod_holders.load_order(order, fallback=known),
         "module_refcnt": refcnt,
         "device_holders": holders,
+        "dkms": dkms_facts,
+        "secure_boot": sb,
+        "fabricmanager": fm,
         "in_use_reason": in_use,
         "booted_kernel_packages": kernel_pkgs,
         "kernel_meta_packages": meta_pkgs,

@@ -13,10 +13,20 @@ dkms can print ``Error! ...`` and still exit 0: the output decides, not the exit
 
 from __future__ import annotations
 
+import fnmatch
 import re
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 from ansible_collections.npuops.fleet.plugins.module_utils.driver_version import same_driver_version
+
+# DKMS module names of a driver, keyed by the vendor profile's ``main_module``: the one table of them.
+# Ubuntu (nvidia-dkms-*) and NVIDIA's CUDA repository register ``nvidia``; Debian's nvidia-kernel-dkms
+# ``nvidia-current`` (tests/lab/realpkg/FINDINGS.md), its Tesla flavours ``nvidia-tesla-<branch>``; some
+# distributions' open flavour ``nvidia-open``. A main module not listed here is its own DKMS name.
+DRIVER_DKMS_MODULES: dict[str, tuple[str, ...]] = {
+    "nvidia": ("nvidia", "nvidia-current", "nvidia-open", "nvidia-tesla-[0-9]*"),
+    "rebellions": ("rebellions",),
+}
 
 _STATUS_RE = re.compile(r"^(?P<head>[^:]+?):\s*(?P<state>[A-Za-z-]+)\s*(?P<note>.*)$")
 
@@ -118,4 +128,91 @@ def build_failures(text: str) -> list[dict[str, Any]]:
             f["kernel"],
             "; see %s" % f["log"] if f["log"] else "",
         )
+    return res
+
+
+def driver_module_patterns(main_module: str, table: Optional[Mapping[str, Iterable[str]]] = None) -> list[str]:
+    """fnmatch patterns of the DKMS module names the driver whose kernel module is ``main_module`` may
+    be registered under (:data:`DRIVER_DKMS_MODULES`); ``[main_module]`` for one not in the table."""
+    table = DRIVER_DKMS_MODULES if table is None else table
+    return list(table.get(main_module) or [main_module])
+
+
+def _is_driver(name: str, patterns: Iterable[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def kernel_facts(
+    text: Optional[str],
+    rc: int,
+    main_module: str,
+    boot_kernel: str,
+    driver_version: Optional[str] = None,
+) -> dict[str, Any]:
+    """``dkms status`` output -> DKMS state per kernel and the verdict for the boot kernel.
+
+    ``text`` None means dkms is not installed (nothing was run). Returns::
+
+        {"available": bool, "ok": bool or None, "errors": [str],
+         "kernels": {kernel: [{"module", "version", "arch", "state", "note"}]},   # every module
+         "registered": [{"module", "version"}],      # added, built for no kernel
+         "driver_modules": [names],                  # the driver's DKMS names dkms knows
+         "boot_kernel": str, "boot_kernel_state": str or None, "boot_kernel_version": str or None,
+         "boot_kernel_note": str or None, "boot_kernel_installed": bool or None, "verdict": str}
+
+    ``boot_kernel_state``: dkms's word for the driver's module on the boot kernel (``installed``,
+    ``built``...), ``added-only`` when registered but built for no kernel, ``missing`` when dkms does not
+    know it (for ``driver_version`` when given: another version built for the kernel is not the driver's).
+    ``verdict``: ``installed``, ``installed-with-warning`` (a note such as ``WARNING! Diff between built
+    and installed module!``), ``built``, ``added-only``, ``missing``, ``error`` (an ``Error!`` line and no
+    build for the boot kernel), or ``unknown`` (no dkms). ``boot_kernel_installed`` is true only for
+    ``installed`` (null when unknown).
+    """
+    res: dict[str, Any] = {
+        "available": text is not None,
+        "ok": None,
+        "errors": [],
+        "kernels": {},
+        "registered": [],
+        "driver_modules": [],
+        "boot_kernel": boot_kernel,
+        "boot_kernel_state": None,
+        "boot_kernel_version": None,
+        "boot_kernel_note": None,
+        "boot_kernel_installed": None,
+        "verdict": "unknown",
+    }
+    if text is None:
+        return res
+    parsed = parse_status(text, rc)
+    res["ok"], res["errors"] = parsed["ok"], parsed["errors"]
+    patterns = driver_module_patterns(main_module)
+    for e in parsed["entries"]:
+        item = {k: e[k] for k in ("module", "version", "arch", "state", "note")}
+        if e["kernel"]:
+            kernel_list = res["kernels"].setdefault(e["kernel"], [])
+            if item not in kernel_list:
+                kernel_list.append(item)
+        elif {"module": e["module"], "version": e["version"]} not in res["registered"]:
+            res["registered"].append({"module": e["module"], "version": e["version"]})
+        if _is_driver(e["module"], patterns) and e["module"] not in res["driver_modules"]:
+            res["driver_modules"].append(e["module"])
+    mine = [e for e in parsed["entries"] if e["module"] in res["driver_modules"]]
+    if driver_version:
+        # as build_for_kernel: only the driver's version counts; known but not for this kernel = added-only
+        mine = [e for e in mine if same_driver_version(e["version"], driver_version)]
+    on_boot = [e for e in mine if e["kernel"] == boot_kernel]
+    pick = ([e for e in on_boot if e["state"] == "installed"] or on_boot or [None])[-1]
+    if pick:
+        state, note, version = pick["state"], pick["note"], pick["version"]
+    else:
+        state, note, version = ("added-only" if mine else "missing"), None, None
+    res["boot_kernel_state"], res["boot_kernel_note"], res["boot_kernel_version"] = state, note, version
+    res["boot_kernel_installed"] = state == "installed"
+    if state == "installed":
+        res["verdict"] = "installed-with-warning" if note else "installed"
+    elif state in ("missing", "added-only") and res["errors"]:
+        res["verdict"] = "error"
+    else:
+        res["verdict"] = state
     return res

@@ -71,3 +71,78 @@ def test_build_failure_inside_apt_d4():
         "DKMS module build failed for kernel 6.17.9-76061709-generic; "
         "see /var/lib/dkms/nvidia/580.119.02/build/make.log"
     )
+
+
+# kernel_facts: the DKMS state per kernel and the verdict for the boot kernel (issue 12, item 7)
+
+DEBIAN_3X = (
+    "nvidia-current/535.216.03, 6.1.0-50-amd64, x86_64: installed\n"
+    "nvidia-current/535.216.03, 6.1.0-51-amd64, x86_64: built\n"
+)
+UBUNTU_2X = (
+    "nvidia, 550.90.07, 5.15.0-119-generic, x86_64: installed\n"
+    "nvidia, 550.90.07, 5.15.0-122-generic, x86_64: installed (WARNING! Diff between built and installed module!)\n"
+    "v4l2loopback, 0.12.5, 5.15.0-119-generic, x86_64: installed\n"
+)
+
+
+def test_driver_module_patterns_are_data():
+    assert "nvidia-current" in dkms.driver_module_patterns("nvidia")
+    assert dkms.driver_module_patterns("rebellions") == ["rebellions"]
+    assert dkms.driver_module_patterns("gpux") == ["gpux"]
+
+
+def test_debian_nvidia_current_per_kernel():
+    res = dkms.kernel_facts(DEBIAN_3X, 0, "nvidia", "6.1.0-50-amd64")
+    assert res["available"] and res["ok"]
+    assert res["driver_modules"] == ["nvidia-current"]
+    assert res["kernels"]["6.1.0-51-amd64"] == [
+        {"module": "nvidia-current", "version": "535.216.03", "arch": "x86_64", "state": "built", "note": None}
+    ]
+    assert res["boot_kernel_installed"] is True and res["verdict"] == "installed"
+    assert res["boot_kernel_version"] == "535.216.03"
+    built = dkms.kernel_facts(DEBIAN_3X, 0, "nvidia", "6.1.0-51-amd64")
+    assert built["boot_kernel_installed"] is False and built["verdict"] == "built"
+
+
+def test_ubuntu_2x_warning_and_other_modules():
+    res = dkms.kernel_facts(UBUNTU_2X, 0, "nvidia", "5.15.0-122-generic")
+    assert res["driver_modules"] == ["nvidia"]
+    assert res["verdict"] == "installed-with-warning"
+    assert res["boot_kernel_note"] == "WARNING! Diff between built and installed module!"
+    assert [e["module"] for e in res["kernels"]["5.15.0-119-generic"]] == ["nvidia", "v4l2loopback"]
+
+
+def test_boot_kernel_without_build_missing_or_added_only():
+    res = dkms.kernel_facts(UBUNTU_2X, 0, "nvidia", "6.8.0-45-generic")
+    assert res["verdict"] == "added-only" and res["boot_kernel_installed"] is False
+    res = dkms.kernel_facts("nvidia/580.95.05: added\n", 0, "nvidia", "6.8.0-45-generic")
+    assert res["verdict"] == "added-only" and res["registered"] == [{"module": "nvidia", "version": "580.95.05"}]
+    other = "v4l2loopback/0.12.5, 6.8.0-45-generic, x86_64: installed\n"
+    res = dkms.kernel_facts(other, 0, "nvidia", "6.8.0-45-generic")
+    assert res["verdict"] == "missing" and res["driver_modules"] == []
+
+
+def test_expected_version_only_counts_that_version():
+    res = dkms.kernel_facts(UBUNTU_2X, 0, "nvidia", "5.15.0-119-generic", "550.90.7")
+    assert res["verdict"] == "installed"
+    res = dkms.kernel_facts(UBUNTU_2X, 0, "nvidia", "5.15.0-119-generic", "570.124.06")
+    assert res["verdict"] == "missing" and res["boot_kernel_installed"] is False
+
+
+def test_error_line_and_no_dkms():
+    text = (
+        "Error! Could not locate dkms.conf file.\n"
+        "File: /var/lib/dkms/nvidia/550.54.14/source/dkms.conf does not exist.\n"
+    )
+    res = dkms.kernel_facts(text, 0, "nvidia", "6.8.0-45-generic")
+    assert res["ok"] is False and res["verdict"] == "error" and len(res["errors"]) == 1
+    res = dkms.kernel_facts(None, 0, "nvidia", "6.8.0-45-generic")
+    assert res["available"] is False and res["verdict"] == "unknown" and res["boot_kernel_installed"] is None
+
+
+def test_formats_fixture_each_kernel():
+    res = dkms.kernel_facts(fixture("dkms-status-formats.txt"), 0, "nvidia", "6.8.0-31-generic")
+    assert sorted(res["kernels"]) == ["5.15.16_1", "6.4.1-zen1-1-zen", "6.8.0-31-generic"]
+    assert len(res["kernels"]["5.15.16_1"]) == 1  # the same module printed in both formats
+    assert res["verdict"] == "installed-with-warning"

@@ -53,20 +53,25 @@ class Host:
         if cmd in ("nvidia-smi", "rbln-smi"):
             return self.smi_rc, self.smi_out, ""
         if cmd == "dpkg-query":
-            return 0, DPKG_QUERY, ""
+            return 0, getattr(self, "dpkg_query", DPKG_QUERY), ""
         if cmd == "dpkg":
             return 0, "nvidia-dkms-580-server-open\thold\nopenssl\tinstall\n", ""
         if cmd == "apt-config":
             return 0, APT_DUMP, ""
         if cmd == "systemctl":
             return (0, "enabled\n", "") if args[1] == "is-enabled" else (0, "active\n", "")
+        if cmd in ("dkms", "mokutil", "journalctl"):
+            # (rc, stdout, stderr) set by a test; a host that has not been given one prints nothing
+            return getattr(self, cmd.replace("-", "_"), (0, "", ""))
         raise AssertionError(args)
 
 
 def run_module(monkeypatch, host, args, boot=("vmlinuz-5.15.0-177-generic", "vmlinuz-5.15.0-179-generic")):
     monkeypatch.setattr(mod.Facts, "run", lambda self, a, check=False: host.run(a, check))
-    monkeypatch.setattr(mod.Facts, "bin", lambda self, name: "/usr/bin/" + name)
+    missing = getattr(host, "missing", ())
+    monkeypatch.setattr(mod.Facts, "bin", lambda self, name: None if name in missing else "/usr/bin/" + name)
     monkeypatch.setattr(mod, "_read", host.files.get)
+    monkeypatch.setattr(mod, "_read_bytes", host.files.get)
     monkeypatch.setattr(mod, "_read_log", lambda path: host.files.get(path, ""))
     real_listdir = os.listdir
     monkeypatch.setattr(mod.os, "listdir", lambda p: list(boot) if p == "/boot" else real_listdir(p))
@@ -413,3 +418,75 @@ def test_nothing_loaded_loads_the_profile_set(monkeypatch, capsys):
     assert f["unload_order"] == [] and f["loaded_modules"] == {}
     assert f["load_order"] == ["nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm"]
     assert f["device_holders"] == [] and f["in_use_reason"] is None
+
+
+# DKMS per kernel, Secure Boot, fabric manager (issue 12, item 7)
+
+SB_VAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-e0a9e9d6c3ae"
+
+
+def test_dkms_secure_boot_fabricmanager(monkeypatch, capsys):
+    host = Host(
+        fixture("nvidia-smi-query-ok.txt"),
+        0,
+        {"/sys/module/nvidia/version": "580.126.09\n", SB_VAR: b"\x06\x00\x00\x00\x01"},
+        {"5.15.0-177-generic": "580.126.09", "5.15.0-179-generic": "580.159.03"},
+    )
+    host.dkms = (
+        0,
+        "nvidia, 580.126.09, 5.15.0-177-generic, x86_64: installed\n"
+        "nvidia/580.159.03, 5.15.0-179-generic, x86_64: installed\n",
+        "",
+    )
+    host.dpkg_query = DPKG_QUERY + "nvidia-fabricmanager-580\t580.126.09-1\tii \n"
+    run_module(monkeypatch, host, {"vendor": "nvidia"})
+    r = result(capsys)
+    f = r["ansible_facts"]["npu_driver"]
+    assert r["dkms"] == f["dkms"]
+    assert f["dkms"]["boot_kernel"] == "5.15.0-179-generic" and f["dkms"]["verdict"] == "installed"
+    assert f["dkms"]["boot_kernel_installed"] is True and f["dkms"]["boot_kernel_version"] == "580.159.03"
+    assert sorted(f["dkms"]["kernels"]) == ["5.15.0-177-generic", "5.15.0-179-generic"]
+    assert f["secure_boot"] == {"state": "enabled", "source": "efivar", "detail": None}
+    assert not [c for c in host.calls if c[0].endswith("mokutil")]  # the variable was enough
+    fm = f["fabricmanager"]
+    assert fm["installed"] is True and fm["version"] == "580.126.09" and fm["matches_driver"] is False
+    assert fm["driver_version"] == "580.159.03" and fm["driver_source"] == "dpkg:nvidia-utils-580-server"
+    assert fm["message"] == "fabricmanager 580.126.09 != driver 580.159.03"
+    assert ["/usr/bin/dkms", "status"] in host.calls
+
+
+def test_without_dkms_mokutil_journal(monkeypatch, capsys):
+    host = Host(fixture("nvidia-smi-query-ok.txt"), 0, {"/sys/module/nvidia/version": "580.126.09\n"}, {})
+    host.missing = ("dkms", "mokutil", "journalctl")
+    host.dpkg_query = DPKG_QUERY + "nvidia-fabricmanager-580\t580.159.03-0ubuntu1\tii \n"
+    run_module(monkeypatch, host, {"vendor": "nvidia"})
+    r = result(capsys)
+    assert not r.get("failed")  # absent commands are unknown, never a failure
+    f = r["ansible_facts"]["npu_driver"]
+    assert f["dkms"]["available"] is False and f["dkms"]["verdict"] == "unknown"
+    assert f["dkms"]["boot_kernel_installed"] is None
+    assert f["secure_boot"] == {"state": "unknown", "source": None, "detail": None}
+    assert f["fabricmanager"]["matches_driver"] is True and f["fabricmanager"]["log_mismatch"] == []
+
+
+def test_mokutil_legacy_bios_and_dkms_build_missing(monkeypatch, capsys):
+    host = Host(fixture("nvidia-smi-query-ok.txt"), 0, {"/sys/module/nvidia/version": "580.126.09\n"}, {})
+    host.mokutil = (1, "", "EFI variables are not supported on this system\n")
+    host.dkms = (0, "nvidia/580.126.09, 5.15.0-177-generic, x86_64: installed\n", "")
+    host.journalctl = (0, "", "")
+    run_module(monkeypatch, host, {"vendor": "nvidia"})
+    f = result(capsys)["ansible_facts"]["npu_driver"]
+    assert f["secure_boot"]["state"] == "disabled" and f["secure_boot"]["source"] == "mokutil"
+    # built for the running kernel only, the host boots 5.15.0-179-generic next
+    assert f["dkms"]["verdict"] == "added-only" and f["dkms"]["boot_kernel_installed"] is False
+    assert f["fabricmanager"]["installed"] is False and f["fabricmanager"]["matches_driver"] is None
+
+
+def test_rebellions_dkms_no_fabricmanager(monkeypatch, capsys):
+    host = Host(fixture("rbln-smi-two-devices.txt"), 0, {}, {"5.15.0-177-generic": "3.0.0"})
+    host.dkms = (0, "rebellions/3.0.0, 5.15.0-177-generic, x86_64: installed\n", "")
+    run_module(monkeypatch, host, {"vendor": "rebellions"}, boot=("vmlinuz-5.15.0-177-generic",))
+    f = result(capsys)["ansible_facts"]["npu_driver"]
+    assert f["dkms"]["driver_modules"] == ["rebellions"] and f["dkms"]["verdict"] == "installed"
+    assert f["fabricmanager"] is None
+    assert not [c for c in host.calls if c[0].endswith("journalctl")]
