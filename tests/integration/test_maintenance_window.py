@@ -411,6 +411,7 @@ def test_incident_audit_flags_then_window_fixes_and_ip_vs_loads(
             "nvidia-driver-580-server-open",
             "nvidia-dkms-580-server-open",
             "nvidia-utils-580-server",
+            "nvidia-compute-utils-580-server",
             "libnvidia-compute-580-server",
             "libnvidia-common-580-server",
         )
