@@ -367,7 +367,7 @@ fabricmanager:
       (C(nvidia-fabricmanager-<branch>), C(nvidia-fabricmanager), else C(cuda-drivers-fabricmanager-<branch>),
       which can be a transitional package) against the driver version. On NVSwitch systems the two must
       be identical, else C(nvidia-fabricmanager) does not start.
-    - The driver version is the userspace driver package's (RV(userspace_package)), else the userspace
+    - The driver version is the userspace driver package's (the profile's C(userspace_package)), else the userspace
       version, else the module on disk for the boot kernel, else the loaded module's.
   returned: always
   type: dict
