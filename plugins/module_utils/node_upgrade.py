@@ -27,6 +27,7 @@ from ansible_collections.npuops.fleet.plugins.module_utils import (
 from ansible_collections.npuops.fleet.plugins.module_utils import upgrade_state_machine as sm
 from ansible_collections.npuops.fleet.plugins.module_utils.driver_labels import node_driver_version
 from ansible_collections.npuops.fleet.plugins.module_utils.driver_version import same_driver_version
+from ansible_collections.npuops.fleet.plugins.module_utils.fleet import identity
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade_finish import FinishSteps
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade_pod_removal import PodRemovalSteps
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade_prepare import PrepareSteps
@@ -67,6 +68,8 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
         baseline: Optional[Mapping[str, Any]] = None,
         run_id: Optional[str] = None,
         own_run_only: bool = False,
+        host_identity: Optional[Mapping[str, Any]] = None,
+        identity_fields: Optional[list[str]] = None,
     ) -> None:
         # core / policy_api / coord_api may be injected (unit tests use in-memory fakes).
         self.core = core or k8s.CoreV1Api(api_client)
@@ -87,6 +90,10 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
         # treated as expired by other runs); set only around the first transition.
         self.claim_not_after: Optional[float] = None
         self.host_at_target = host_at_target
+        # The machine Ansible reached (npu_driver_facts identity); prepare refuses it, before any
+        # change, when it is not the machine behind the Node.
+        self.host_identity = dict(host_identity) if host_identity else None
+        self.identity_fields = list(identity_fields) if identity_fields is not None else list(identity.FIELDS)
         self.baseline = dict(baseline) if baseline else None
         self.profile = profile
         self.policy = policy
@@ -248,6 +255,8 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
                 self.result["baseline_mismatch"] = differs
         skip_label = self.profile["upgrade_skip_label"]
         try:
+            if phase in ("prepare", "status") and self.host_identity is not None:
+                self._check_identity(refuse=phase == "prepare")
             if self._labels().get(skip_label) == "true":
                 # As in the operators: the skip label is checked before an upgrade starts. A node
                 # labelled in the middle of its upgrade is finished (or failed), never left cordoned.
@@ -284,6 +293,15 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
             self._finish_result()
             raise
         return self._finish_result()
+
+    def _check_identity(self, refuse: bool) -> None:
+        """Compare the host with the Node's machine; ``refuse``: a different machine fails the call
+        (UpgradeConflict: nothing is marked or undone), else the result only reports it."""
+        found = identity.compare(self.host_identity, identity.node_identity(self.node), self.identity_fields)
+        found["message"] = identity.refusal(self.host_identity.get("host") or "(host)", self.name, found)
+        self.result["identity"] = found
+        if refuse and found["message"]:
+            raise UpgradeConflict(found["message"])
 
     def _finish_result(self) -> dict[str, Any]:
         self.result["state"] = self.state or None

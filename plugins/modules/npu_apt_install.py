@@ -35,6 +35,15 @@ options:
       - Seconds apt waits for dpkg's lock (C(DPkg::Lock::Timeout)).
     type: int
     default: 60
+  simulate_release:
+    description:
+      - Check mode only - held packages the real run would release before the transaction (the
+        driver family, as role C(driver_upgrade) does). The simulation reads a copy of dpkg's status
+        in which these are not held (C(-o Dir::State::status=)), so it answers as the real
+        transaction would; the host's holds are not touched.
+    type: list
+    elements: str
+    default: []
 attributes:
   check_mode:
     support: full
@@ -97,6 +106,15 @@ rc:
   description: apt-get's exit code.
   returned: always
   type: int
+transaction:
+  description:
+    - Check mode - what apt would do, from its C(Inst) / C(Remv) lines - C(install) (each C(name),
+      C(from) = the installed version or null for a new package, C(to)) and C(remove) (each C(name),
+      C(version)), in apt's order.
+  returned: in check mode
+  type: dict
+  sample: {install: [{name: nvidia-utils-550-server, from: null, to: 550.90.07-0ubuntu1}],
+           remove: [{name: nvidia-utils-535-server, version: 535.183.06-0ubuntu1}]}
 stdout:
   description: apt-get's standard output.
   returned: always
@@ -106,6 +124,9 @@ stderr:
   returned: always
   type: str
 """
+
+import os  # noqa: E402
+import tempfile  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
@@ -134,12 +155,26 @@ def versions(module, names):
     return res
 
 
+def released_status(module, names, status="/var/lib/dpkg/status"):
+    """Path of a temporary copy of dpkg's status with ``names`` no longer held (the caller removes it)."""
+    try:
+        with open(status) as f:
+            text = f.read()
+    except OSError as exc:
+        module.fail_json(msg="cannot read %s for the simulation: %s" % (status, exc))
+    fd, path = tempfile.mkstemp(prefix="npuops-dpkg-status.")
+    with os.fdopen(fd, "w") as f:
+        f.write(apt_output.release_holds_in_status(text, names))
+    return path
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             packages=dict(type="dict", required=True),
             allow_downgrade=dict(type="bool", default=False),
             lock_timeout=dict(type="int", default=60),
+            simulate_release=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,
     )
@@ -162,10 +197,18 @@ def main():
     ]
     if p["allow_downgrade"]:
         argv.append("--allow-downgrades")
+    status_copy = None
     if module.check_mode:
         argv.append("--simulate")
+        if p["simulate_release"]:
+            status_copy = released_status(module, p["simulate_release"])
+            argv += ["-o", "Dir::State::status=%s" % status_copy]
     argv += ["install"] + ["%s=%s" % (n, v) for n, v in sorted(targets.items())]
-    rc, out, err = module.run_command(argv, environ_update=ENV)
+    try:
+        rc, out, err = module.run_command(argv, environ_update=ENV)
+    finally:
+        if status_copy:
+            os.unlink(status_copy)
     after = before if module.check_mode else versions(module, targets)
     judged = apt_output.install_outcome(rc, out, err, targets, targets if module.check_mode else after)
     changed = (rc == 0 and any(before[n] != targets[n] for n in targets)) if module.check_mode else after != before
@@ -183,6 +226,8 @@ def main():
         stdout=out,
         stderr=err,
     )
+    if module.check_mode:
+        result["transaction"] = apt_output.simulated_transaction(out)
     if not judged["ok"]:
         module.fail_json(msg=judged["msg"], **result)
     module.exit_json(**result)

@@ -67,6 +67,12 @@ options:
         C(/proc/*/fd); off by default.
     type: bool
     default: false
+  boot_id_file:
+    description:
+      - File with the kernel's boot id, the host side of RV(identity.boot_id) (the kubelet reports the same
+        value as C(status.nodeInfo.bootID)). Change it only where the booted kernel is simulated.
+    type: path
+    default: /proc/sys/kernel/random/boot_id
   proc_version_file:
     description:
       - File with the loaded module's version when C(/sys/module/<module>/version) is absent. Default
@@ -341,6 +347,29 @@ dkms:
     boot_kernel_note: null
     boot_kernel_installed: true
     verdict: installed
+identity:
+  description:
+    - What identifies this machine to Kubernetes, as the kubelet reads it - compared with the Node's
+      C(status.nodeInfo) (C(machineID), C(systemUUID), C(bootID)) and its C(kubernetes.io/hostname) label
+      by O(npuops.fleet.npu_node_upgrade#module:host_identity) before any change. A value the host does
+      not have is null.
+  returned: always
+  type: dict
+  contains:
+    machine_id:
+      description: C(/etc/machine-id), else C(/var/lib/dbus/machine-id) (the kubelet's order).
+      type: str
+    system_uuid:
+      description: C(/sys/class/dmi/id/product_uuid) (root only; absent on hosts without DMI data).
+      type: str
+    boot_id:
+      description: Contents of O(boot_id_file); changes on every boot.
+      type: str
+    hostname:
+      description: The kernel host name (C(uname -n)), lower-cased as the kubelet labels it.
+      type: str
+  sample: {machine_id: 3d1219c7c4c5404aaa1f6d2a48adfda4, system_uuid: null,
+           boot_id: 0f5ef7a2-9d0c-4a5e-8f43-2c1d6a3f0b7e, hostname: gpu-node-17}
 secure_boot:
   description:
     - Secure Boot state - the last byte of the EFI variable
@@ -441,6 +470,7 @@ profile:
 import glob  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
+import socket  # noqa: E402
 from typing import Any, Mapping, Optional  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
@@ -642,6 +672,23 @@ class Facts:
         _rc, out, _err = self.run(args)
         return out
 
+    def identity(self, boot_id_file):
+        """The machine's identity as the kubelet reads it (module_utils/fleet/identity.py)."""
+
+        def first_line(*paths):
+            for path in paths:
+                text = (_read(path) or "").strip()
+                if text:
+                    return text.splitlines()[0].strip()
+            return None
+
+        return {
+            "machine_id": first_line("/etc/machine-id", "/var/lib/dbus/machine-id"),
+            "system_uuid": first_line("/sys/class/dmi/id/product_uuid"),
+            "boot_id": first_line(boot_id_file),
+            "hostname": (socket.gethostname() or "").strip().lower() or None,
+        }
+
     # smi
     def smi(self, fields):
         cmd = self.p["smi_command"]
@@ -697,6 +744,7 @@ def main():
         ),
         history_log=dict(type="path", default="/var/log/apt/history.log"),
         proc_version_file=dict(type="path"),
+        boot_id_file=dict(type="path", default="/proc/sys/kernel/random/boot_id"),
         device_holders=dict(type="bool", default=False),
     )
     spec.update(PROFILE_ARG_SPEC)
@@ -895,6 +943,7 @@ def main():
         "device_holders": holders,
         "dkms": dkms_facts,
         "secure_boot": sb,
+        "identity": f.identity(p["boot_id_file"]),
         "fabricmanager": fm,
         "in_use_reason": in_use,
         "booted_kernel_packages": kernel_pkgs,

@@ -103,6 +103,43 @@ options:
         recorded yet; kept across retries after C(upgrade-failed) until C(upgrade-done), so a retry
         compares with the healthy host, not with the broken one. RV(baseline) returns the recorded value.
     type: dict
+  host_identity:
+    description:
+      - O(phase=prepare) (check mode too) and O(phase=status) - the identity of the machine the caller reached, as
+        M(npuops.fleet.npu_driver_facts) returns it in RV(npuops.fleet.npu_driver_facts#module:identity).
+        Before anything else, each field of O(identity_fields) that both sides know is compared with the
+        Node - C(machine_id) with C(status.nodeInfo.machineID), C(system_uuid) with C(systemUUID)
+        (case-insensitive), C(boot_id) with C(bootID), C(hostname) with the C(kubernetes.io/hostname)
+        label (short name and FQDN of one name match). A difference, or no field known on both sides,
+        fails the call with RV(conflict) and RV(identity_mismatch) and changes nothing, so that a wrong
+        inventory mapping never cordons one machine's node while the driver is reinstalled on another.
+        O(phase=status) only reports the comparison in RV(identity).
+      - Unset - no identity check.
+    type: dict
+    suboptions:
+      host:
+        description: The inventory name of the host, used in the message.
+        type: str
+      machine_id:
+        description: C(/etc/machine-id).
+        type: str
+      system_uuid:
+        description: C(/sys/class/dmi/id/product_uuid).
+        type: str
+      boot_id:
+        description: The kernel's boot id.
+        type: str
+      hostname:
+        description: The kernel host name.
+        type: str
+  identity_fields:
+    description:
+      - The fields of O(host_identity) to compare. Leave out C(hostname) where kubelets run with
+        C(--hostname-override); an empty list turns the check off.
+    type: list
+    elements: str
+    choices: [machine_id, system_uuid, boot_id, hostname]
+    default: [machine_id, system_uuid, boot_id, hostname]
   run_id:
     description:
       - The maintenance window's run id, written into every transition record (annotation
@@ -154,7 +191,9 @@ attributes:
     support: full
     description: Reports the transitions and the pods that would be evicted; changes nothing.
 notes:
-  - The ClusterRole in C(deploy/rbac/npuops-fleet-clusterrole.yaml) lists exactly the API access needed.
+  - C(deploy/rbac/) lists exactly the API access needed - the ClusterRole C(npuops-fleet) (nodes, pods,
+    evictions, PodDisruptionBudgets) and the Roles C(npuops-fleet-leases) (kube-system, the admission
+    record by name) and C(npuops-fleet-events) (default).
 """
 
 EXAMPLES = r"""
@@ -243,6 +282,19 @@ baseline:
   description: The devices recorded on the node at the first attempt (or O(baseline) when none is recorded yet).
   returned: always
   type: dict
+identity:
+  description:
+    - The host-to-Node identity check of O(host_identity) - the fields C(compared), those C(unknown) on
+      one side, the C(mismatches) (each with C(field), the C(host) value and the C(node) value) and
+      whether the host is the Node's machine (C(same)), and the refusal C(message) (null when the same).
+  returned: when O(host_identity) is set and O(phase=prepare) or O(phase=status)
+  type: dict
+  sample: {compared: [machine_id, hostname], unknown: [system_uuid, boot_id], same: false,
+           mismatches: [{field: machine_id, host: 1c4f..., node: 9a0e...}]}
+identity_mismatch:
+  description: The call failed because the host is not the machine behind the Node (nothing was changed).
+  returned: on failure
+  type: bool
 baseline_mismatch:
   description: How O(baseline) differs from the recorded devices (for example C(host has 7 devices, 8 before ...)).
   returned: when they differ
@@ -288,6 +340,7 @@ import traceback  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
 
+from ansible_collections.npuops.fleet.plugins.module_utils.fleet.identity import FIELDS as IDENTITY_FIELDS  # noqa: E402
 from ansible_collections.npuops.fleet.plugins.module_utils.k8s_client import (  # noqa: E402
     AUTH_ARG_SPEC,
     HAS_KUBERNETES,
@@ -333,6 +386,22 @@ def main():
         baseline=dict(type="dict"),
         run_id=dict(type="str"),
         own_run_only=dict(type="bool", default=False),
+        host_identity=dict(
+            type="dict",
+            options=dict(
+                host=dict(type="str"),
+                machine_id=dict(type="str"),
+                system_uuid=dict(type="str"),
+                boot_id=dict(type="str"),
+                hostname=dict(type="str"),
+            ),
+        ),
+        identity_fields=dict(
+            type="list",
+            elements="str",
+            choices=list(IDENTITY_FIELDS),
+            default=list(IDENTITY_FIELDS),
+        ),
         admission_namespace=dict(type="str", default="kube-system"),
         run_lease=dict(
             type="dict",
@@ -410,6 +479,8 @@ def main():
         baseline=p["baseline"],
         run_id=p["run_id"],
         own_run_only=p["own_run_only"],
+        host_identity=p["host_identity"],
+        identity_fields=p["identity_fields"],
     )
     try:
         result = upgrade.run(p["phase"], p["reason"])
@@ -417,6 +488,7 @@ def main():
         result = dict(upgrade.result, api_requests=counts, changed=upgrade.changed, kube_auth=kube_auth)
         result["conflict"] = isinstance(exc, UpgradeConflict)
         result["lease_lost"] = type(exc).__name__ == "LeaseLost"
+        result["identity_mismatch"] = bool(result.get("identity")) and not result["identity"].get("same")
         result.pop("message", None)
         for warning in upgrade.warnings:
             module.warn(warning)
@@ -425,7 +497,10 @@ def main():
         status = getattr(exc, "status", None)
         detail = "HTTP %s %s" % (status, getattr(exc, "reason", "")) if status else str(exc)
         if status == 403:
-            detail += " (the ClusterRole in deploy/rbac/npuops-fleet-clusterrole.yaml lists the access needed)"
+            detail += (
+                " (deploy/rbac/: ClusterRole npuops-fleet, Roles npuops-fleet-leases and npuops-fleet-events"
+                " list the access needed)"
+            )
         if status == 404 and upgrade.state == "" and not upgrade.node:
             detail = "node %s not found" % p["node"]
         result = dict(upgrade.result, api_requests=counts, changed=upgrade.changed, kube_auth=kube_auth)

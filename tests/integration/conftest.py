@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from labhelpers import WINDOW_LEASE, shipped_rbac
 
 REPO = Path(__file__).resolve().parents[2]
 LAB = REPO / "tests" / "lab"
@@ -145,33 +146,63 @@ def _ca_data(c):
 
 @pytest.fixture
 def sa_kubeconfig(api_client, core_v1, rbac_v1, tmp_path):
-    """Factory: kubeconfig (path) for a fresh ServiceAccount bound to a ClusterRole.
+    """Factory: kubeconfig (path) for a fresh ServiceAccount bound to RBAC rules.
 
+    sa_kubeconfig(shipped=True)                                      # exactly deploy/rbac/*.yaml
+    sa_kubeconfig(shipped=True, window_leases=["x"])                 # ... with Lease x for the window's
     sa_kubeconfig(cluster_role="npuops-fleet")                       # bind an existing role
     sa_kubeconfig(rules=[{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}])
     Creates SA in `namespace` (default gpu-drv), a ClusterRoleBinding (and the ClusterRole when
-    `rules` is given), and a 1 h token from the TokenRequest API; all removed at teardown."""
+    `rules` is given; with `shipped`, a copy of each shipped ClusterRole and Role under a test name,
+    each bound in its own namespace), and a 1 h token from the TokenRequest API; all removed at teardown."""
     from kubernetes import client
 
     made = []
 
-    def make(cluster_role=None, rules=None, namespace=NAMESPACE):
-        sfx = uuid.uuid4().hex[:6]
-        sa = f"lab-sa-{sfx}"
-        if rules is not None:
-            cluster_role = cluster_role or f"lab-role-{sfx}"
-            rbac_v1.create_cluster_role({"metadata": {"name": cluster_role}, "rules": rules})
-            made.append(("role", cluster_role))
-        core_v1.create_namespaced_service_account(namespace, {"metadata": {"name": sa}})
-        made.append(("sa", (namespace, sa)))
+    def bind_cluster_role(sa, namespace, cluster_role, name):
         rbac_v1.create_cluster_role_binding(
             {
-                "metadata": {"name": sa},
+                "metadata": {"name": name},
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
                 "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": namespace}],
             }
         )
-        made.append(("crb", sa))
+        made.append(("crb", name))
+
+    def make(cluster_role=None, rules=None, namespace=NAMESPACE, shipped=False, window_leases=None):
+        sfx = uuid.uuid4().hex[:6]
+        sa = f"lab-sa-{sfx}"
+        core_v1.create_namespaced_service_account(namespace, {"metadata": {"name": sa}})
+        made.append(("sa", (namespace, sa)))
+        if shipped:
+            for i, doc in enumerate(shipped_rbac()):
+                name = f"lab-{sfx}-{i}-{doc['metadata']['name']}"
+                if doc["kind"] == "ClusterRole":
+                    rbac_v1.create_cluster_role({"metadata": {"name": name}, "rules": doc["rules"]})
+                    made.append(("role", name))
+                    bind_cluster_role(sa, namespace, name, name)
+                    continue
+                assert doc["kind"] == "Role", doc["kind"]
+                ns = doc["metadata"]["namespace"]
+                rules_ = doc["rules"]
+                if window_leases:  # a test's own window Lease names, as a custom maintenance_lease_name
+                    rules_ = [dict(r, resourceNames=[n for n in r["resourceNames"] if n != WINDOW_LEASE]
+                                   + list(window_leases)) if WINDOW_LEASE in r.get("resourceNames", []) else r
+                              for r in rules_]
+                rbac_v1.create_namespaced_role(ns, {"metadata": {"name": name}, "rules": rules_})
+                made.append(("nsrole", (ns, name)))
+                rbac_v1.create_namespaced_role_binding(ns, {
+                    "metadata": {"name": name},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+                    "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": namespace}],
+                })
+                made.append(("rb", (ns, name)))
+        else:
+            if rules is not None:
+                cluster_role = cluster_role or f"lab-role-{sfx}"
+                rbac_v1.create_cluster_role({"metadata": {"name": cluster_role}, "rules": rules})
+                made.append(("role", cluster_role))
+            bind_cluster_role(sa, namespace, cluster_role, sa)
         tr = core_v1.create_namespaced_service_account_token(
             sa, namespace, client.AuthenticationV1TokenRequest(spec={"expirationSeconds": 3600})
         )
@@ -187,6 +218,10 @@ def sa_kubeconfig(api_client, core_v1, rbac_v1, tmp_path):
                 rbac_v1.delete_cluster_role(what)
             elif kind == "crb":
                 rbac_v1.delete_cluster_role_binding(what)
+            elif kind == "nsrole":
+                rbac_v1.delete_namespaced_role(what[1], what[0])
+            elif kind == "rb":
+                rbac_v1.delete_namespaced_role_binding(what[1], what[0])
             else:
                 core_v1.delete_namespaced_service_account(what[1], what[0])
         except client.ApiException as e:

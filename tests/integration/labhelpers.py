@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import time
 import uuid
+from pathlib import Path
 from typing import Any, Callable, Optional
 
+import yaml
 from kubernetes import client
 
 DRIVER_LABELS = ("nvidia.com/cuda.driver.major", "nvidia.com/cuda.driver.minor", "nvidia.com/cuda.driver.rev")
@@ -81,3 +83,15 @@ def delete_nodes(core_v1: Any, names: list[str]) -> None:
             if p.metadata.finalizers:
                 core_v1.patch_namespaced_pod(p.metadata.name, p.metadata.namespace, {"metadata": {"finalizers": None}})
         gone(core_v1.delete_node, name)
+
+
+RBAC_DIR = Path(__file__).resolve().parents[2] / "deploy" / "rbac"
+WINDOW_LEASE = "npuops-fleet-maintenance-window"
+
+
+def shipped_rbac() -> list[dict[str, Any]]:
+    """The shipped RBAC objects (ClusterRole + namespaced Roles) from deploy/rbac/*.yaml."""
+    docs: list[dict[str, Any]] = []
+    for path in sorted(RBAC_DIR.glob("*.yaml")):
+        docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
+    return docs

@@ -35,13 +35,13 @@ pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
 LABCTL = REPO / "tests" / "lab" / "labctl"
-ROLE_FILE = REPO / "deploy" / "rbac" / "npuops-fleet-clusterrole.yaml"
 NS = "gpu-drv"
 PRESENT = "it.npuops.io/outage.present"
 STATE = "nvidia.com/gpu-driver-upgrade-state"
 LAST = "nvidia.com/gpu-driver-upgrade-last-transition"
 PROFILE = {"presence_label": PRESENT}
 DOWN = 15  # seconds the apiserver stays down
+LEASES = tuple("npuops-outage-" + uuid.uuid4().hex[:6] for _i in range(2))  # the lease test's held, fresh
 
 
 class Restart:
@@ -125,7 +125,8 @@ def controllers_recovered(kubeconfig_path: str, timeout: float = 420) -> None:
 
 @pytest.fixture
 def kubeconfig(sa_kubeconfig):
-    return sa_kubeconfig(rules=yaml.safe_load(ROLE_FILE.read_text())["rules"])
+    """Exactly the shipped RBAC (deploy/rbac/), with this module's Lease names as the window's."""
+    return sa_kubeconfig(shipped=True, window_leases=LEASES)
 
 
 @pytest.fixture
@@ -278,7 +279,7 @@ def test_finish_with_the_apiserver_down_at_its_start(core_v1, kubeconfig, outage
 
 def test_lease_acquire_renew_and_release_across_an_outage(api_client, kubeconfig, restart_apiserver):
     coord = client.CoordinationV1Api(api_client)
-    held, fresh = ("npuops-outage-" + uuid.uuid4().hex[:6] for _i in range(2))
+    held, fresh = LEASES
     base = {"namespace": "kube-system", "ttl": 300}
     try:
         r = run_module("npu_upgrade_lease", dict(base, name=held, holder="run-a/1"), kubeconfig)

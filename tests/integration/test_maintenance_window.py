@@ -1,6 +1,7 @@
 """Issue 6 acceptance on the lab: playbooks/maintenance_window.yml (role driver_upgrade) end to end.
 
-Each test runs the real playbook against the lab hosts (inventories/lab) and checks the summary it
+Each test runs the real playbook against the lab hosts (inventories/lab), as a ServiceAccount bound to
+exactly the shipped RBAC (deploy/rbac/), and checks the summary it
 writes (JSON), the Nodes and the hosts. Tests that change a scenario host put it back afterwards
 (`hostctl rm` + `hostctl up` recreates it from the scenario; the Node's upgrade labels and
 annotations are removed and the Node is made schedulable again).
@@ -103,13 +104,25 @@ def playbook(name, kubeconfig, report_dir, hosts, *extra, timeout=1500):
         f"npuops_fleet_kubeconfig={kubeconfig}",
     ]
     for e in extra:
-        cmd += ["-e", e if isinstance(e, str) else json.dumps(e)]
+        cmd += [e] if isinstance(e, str) and e.startswith("--") else ["-e", e if isinstance(e, str) else json.dumps(e)]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=str(report_dir), check=False)
     return p.returncode, p.stdout + p.stderr
 
 
+PHASE_ORDER = ("preflight", "prepare", "install", "reload", "reboot", "verify", "finish")
+SCHEMA = json.loads((REPO / "docs" / "maintenance-summary.schema.json").read_text())
+
+
 def summary(report_dir):
+    """latest.json, checked against the published schema (every window of these tests), and by host."""
+    import jsonschema
+
     s = json.loads((Path(report_dir) / "latest.json").read_text())
+    jsonschema.Draft202012Validator(SCHEMA).validate(s)
+    for h in s["hosts"]:
+        phases = [h["phases"][p] for p in PHASE_ORDER if p in h.get("phases", {})]
+        times = [t for p in phases for t in (p["started"], p["finished"]) if t]
+        assert times == sorted(times), h.get("phases")  # each phase ends before the next one starts
     return s, {h["host"]: h for h in s["hosts"]}
 
 
@@ -168,6 +181,12 @@ def restore_host(core_v1, name):
 
 def node_ready(n):
     return any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
+
+
+@pytest.fixture
+def kubeconfig(sa_kubeconfig):
+    """The windows run as a ServiceAccount bound to exactly the shipped RBAC (deploy/rbac/)."""
+    return sa_kubeconfig(shipped=True)
 
 
 @pytest.fixture
@@ -265,10 +284,10 @@ def trainer(apps_v1, policy_v1, core_v1):
                 raise
 
 
-def test_missing_target_is_refused_by_preflight_before_any_cordon(lab_kubeconfig, core_v1, report_dir):
+def test_missing_target_is_refused_by_preflight_before_any_cordon(kubeconfig, core_v1, report_dir):
     before = node(core_v1, N1)
     rc, out = playbook(
-        "maintenance_window.yml", lab_kubeconfig, report_dir, N1, "driver_upgrade_target_version=999.1.2"
+        "maintenance_window.yml", kubeconfig, report_dir, N1, "driver_upgrade_target_version=999.1.2"
     )
     assert rc != 0, out
     s, hosts = summary(report_dir)
@@ -287,10 +306,62 @@ def test_missing_target_is_refused_by_preflight_before_any_cordon(lab_kubeconfig
     assert "Release the maintenance lease" in out
 
 
-def test_window_upgrades_gpu_and_npu_then_rerun_changes_nothing(lab_kubeconfig, core_v1, report_dir, restore):
+def test_host_mapped_to_another_node_is_refused_before_any_change(kubeconfig, core_v1, report_dir):
+    """An inventory mistake (host lab-node-1 said to be node lab-node-2) is caught by the identity
+    check: refused in the preflight naming both machines' values; neither Node nor the host changes."""
+    n2 = f"{PREFIX}-node-2"
+    host_mid = hx(N1, "cat /etc/machine-id").stdout.strip()
+    host_boot = hx(N1, "cat /run/npuops-lab/boot_id").stdout.strip()
+    # the lab stands each host behind its own Node as a kubelet would report it
+    assert node(core_v1, N1).status.node_info.machine_id == host_mid and host_mid
+    assert node(core_v1, N1).status.node_info.boot_id == host_boot and host_boot
+    other_mid = node(core_v1, n2).status.node_info.machine_id
+    assert other_mid and other_mid != host_mid
+
+    def snapshot():
+        out = {}
+        for name in (N1, n2):
+            nd = node(core_v1, name)
+            out[name] = (nd.metadata.labels, nd.metadata.annotations, nd.spec.unschedulable)
+        return out, hx(N1, "dpkg --get-selections; cat /sys/module/nvidia/version").stdout
+
+    before = snapshot()
+    rc, out = playbook("maintenance_window.yml", kubeconfig, report_dir, N1, f"driver_upgrade_node_name={n2}")
+    assert rc != 0, out[-4000:]
+    s, hosts = summary(report_dir)
+    h = hosts[N1]
+    assert h["status"] == "failed" and h["failed_phase"] == "preflight", h
+    assert f"host {N1} is not the machine behind node {n2}" in h["reason"], h["reason"]
+    assert f"machine_id: host {host_mid}, node {other_mid}" in h["reason"], h["reason"]
+    assert f"hostname: host {N1}, node {n2}" in h["reason"], h["reason"]
+    assert h["final_state"].startswith("unchanged"), h
+    assert "Prepare the node for the driver upgrade" not in out
+    assert snapshot() == before
+    chat = (report_dir / "latest-chat.txt").read_text().splitlines()
+    assert len(chat) == 3 and chat[0].startswith(f"npuops.fleet window {s['run_id']}: FAILED - failed 1"), chat
+    assert chat[1] == "upgraded: none" and chat[2].startswith(f"not upgraded: {N1} (preflight: host {N1} is not"), chat
+
+
+def test_check_mode_is_the_plan_and_changes_nothing(kubeconfig, core_v1, coordination_v1, report_dir):
+    """`--check` on the playbook: the plan (no Lease, nothing changed), with the apt transaction."""
+    before = world(core_v1, coordination_v1, (N1,))
+    rc, out = playbook("maintenance_window.yml", kubeconfig, report_dir, N1, "--check")
+    assert rc == 0, out[-6000:]
+    assert world(core_v1, coordination_v1, (N1,)) == before
+    plan = json.loads((report_dir / "latest-plan.json").read_text())
+    h = plan["hosts"][0]
+    assert (plan["batches"], h["host"], h["node"]) == ([[N1]], N1, N1)
+    if h["status"] == "would-upgrade":  # the scenario host at 535.183.06
+        assert {i["to"] for i in h["transaction"]["install"]} == {"550.90.07-0ubuntu1"}, h["transaction"]
+        assert "nvidia-utils-535-server" in [r["name"] for r in h["transaction"]["remove"]], h["transaction"]
+    else:  # an earlier test left it upgraded
+        assert h["status"] == "already-at-target" and h["transaction"] is None, h
+
+
+def test_window_upgrades_gpu_and_npu_then_rerun_changes_nothing(kubeconfig, core_v1, report_dir, restore):
     restore(N1)
     restore(NPU)
-    rc, out = playbook("maintenance_window.yml", lab_kubeconfig, report_dir, f"{N1},{NPU}")
+    rc, out = playbook("maintenance_window.yml", kubeconfig, report_dir, f"{N1},{NPU}")
     assert rc == 0, out[-6000:]
     s, hosts = summary(report_dir)
     assert s["result"] == "ok"
@@ -309,6 +380,11 @@ def test_window_upgrades_gpu_and_npu_then_rerun_changes_nothing(lab_kubeconfig, 
     )
     for h in (g, n):
         assert {"preflight", "prepare", "install", "reload", "verify", "finish"} <= set(h["durations"]), h
+        assert set(h["phases"]) == set(h["durations"]) and h["identity"]["same"] is True, h
+    chat = (report_dir / "latest-chat.txt").read_text().splitlines()
+    assert chat[0].startswith(f"npuops.fleet window {s['run_id']}: OK - upgraded 2"), chat
+    assert chat[1] == f"upgraded: {N1} 535.183.06->550.90.07, {NPU} 2.4.0->3.0.0", chat
+    assert chat[2] == "not upgraded: none", chat
     assert hx(N1, "nvidia-smi --query-gpu=driver_version --format=csv,noheader").stdout.split()[0] == "550.90.07"
     assert "KMD ver: 3.0.0" in hx(NPU, "rbln-smi").stdout
     assert "hold" in hx(N1, "dpkg --get-selections nvidia-utils-550-server").stdout
@@ -319,7 +395,7 @@ def test_window_upgrades_gpu_and_npu_then_rerun_changes_nothing(lab_kubeconfig, 
     md = (report_dir / "latest.md").read_text()
     assert "535.183.06 -> 550.90.07" in md and "2.4.0 -> 3.0.0" in md
 
-    rc, out = playbook("maintenance_window.yml", lab_kubeconfig, report_dir, f"{N1},{NPU}")
+    rc, out = playbook("maintenance_window.yml", kubeconfig, report_dir, f"{N1},{NPU}")
     assert rc == 0, out[-6000:]
     s, hosts = summary(report_dir)
     assert {h["status"] for h in hosts.values()} == {"already-at-target"}, hosts
@@ -327,7 +403,7 @@ def test_window_upgrades_gpu_and_npu_then_rerun_changes_nothing(lab_kubeconfig, 
     assert changed.get(N1) == 0 and changed.get(NPU) == 0, changed
 
 
-def test_reboot_timeout_marks_upgrade_failed_and_stops_later_batches(lab_kubeconfig, core_v1, report_dir, restore):
+def test_reboot_timeout_marks_upgrade_failed_and_stops_later_batches(kubeconfig, core_v1, report_dir, restore):
     restore(N1)
     restore(NPU)
     policy = {
@@ -339,7 +415,7 @@ def test_reboot_timeout_marks_upgrade_failed_and_stops_later_batches(lab_kubecon
         # the host reboots, but Ansible never sees a new boot marker: "did not come back in time"
         "driver_upgrade_boot_time_command": "echo same-boot",
     }
-    rc, out = playbook("maintenance_window.yml", lab_kubeconfig, report_dir, f"{N1},{NPU}", policy)
+    rc, out = playbook("maintenance_window.yml", kubeconfig, report_dir, f"{N1},{NPU}", policy)
     assert rc != 0, out[-6000:]
     s, hosts = summary(report_dir)
     g, n = hosts[N1], hosts[NPU]
@@ -357,13 +433,37 @@ def test_reboot_timeout_marks_upgrade_failed_and_stops_later_batches(lab_kubecon
 
 
 @pytest.mark.parametrize("parallel", [1, 0])
-def test_drain_scenario_with_pdb(lab_kubeconfig, core_v1, report_dir, restore, trainer, parallel):
-    """Lab part 1's drain scenario (trainer x4, PDB minAvailable 3) through the window, both batch sizes."""
+def world(core_v1, coordination_v1, names):
+    """What a plan must not change: the Nodes' labels, annotations and schedulability, each host's
+    packages, holds and loaded driver, and the window's Lease."""
+    out = {}
+    for name in names:
+        nd = node(core_v1, name)
+        mod = "rebellions" if "npu" in name else "nvidia"
+        out[name] = (nd.metadata.labels, nd.metadata.annotations, nd.spec.unschedulable,
+                     hx(name, f"dpkg-query -W -f='${{Package}} ${{Version}} ${{db:Status-Abbrev}}\\n'; "
+                              f"cat /sys/module/{mod}/version").stdout)
+    leases = coordination_v1.list_namespaced_lease("kube-system").items
+    out["leases"] = sorted(lease.metadata.name for lease in leases if lease.metadata.name.startswith("npuops-fleet-m"))
+    return out
+
+
+def installed(name, packages):
+    out = hx(name, "dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\\n' " + " ".join(packages),
+             check=False).stdout
+    return {p: v for p, v, st in (line.split() for line in out.splitlines() if len(line.split()) == 3)
+            if st[1] == "i"}
+
+
+def test_drain_scenario_with_pdb(kubeconfig, core_v1, coordination_v1, report_dir, restore, trainer, parallel):
+    """Lab part 1's drain scenario (trainer x4, PDB minAvailable 3) through the window, both batch
+    sizes - planned first: the plan changes nothing and lists what the real run then does."""
     restore(N1)
     restore(NPU)
     pods = trainer(1)
     on = {p.spec.node_name for p in pods}
     assert {N1, NPU} <= on, on
+    on_node = {p.spec.node_name: f"{NS}/{p.metadata.name}" for p in pods}
     policy = {
         "driver_upgrade_policy": {
             "maxParallelUpgrades": parallel,
@@ -371,20 +471,43 @@ def test_drain_scenario_with_pdb(lab_kubeconfig, core_v1, report_dir, restore, t
             "drain": {"enable": True, "deleteEmptyDirData": True, "timeoutSeconds": 240},
         }
     }
-    rc, out = playbook("maintenance_window.yml", lab_kubeconfig, report_dir, f"{N1},{NPU}", policy)
+    before = world(core_v1, coordination_v1, (N1, NPU))
+    rc, out = playbook("maintenance_window.yml", kubeconfig, report_dir, f"{N1},{NPU}", policy,
+                       "maintenance_mode=plan")
+    assert rc == 0, out[-6000:]
+    assert world(core_v1, coordination_v1, (N1, NPU)) == before
+    assert not (report_dir / "latest.json").exists()  # a plan is not a run
+    plan = json.loads((report_dir / "latest-plan.json").read_text())
+    assert plan["would_start"] is True and plan["refused"] == []
+    assert plan["batches"] == ([[N1], [NPU]] if parallel == 1 else [[N1, NPU]])
+    planned = {h["host"]: h for h in plan["hosts"]}
+    for name in (N1, NPU):
+        assert planned[name]["status"] == "would-upgrade", planned[name]
+        assert planned[name]["would_evict"] == [on_node[name]], planned[name]
+        assert planned[name]["reboot"] is False and planned[name]["blocking_pdbs"] == []
+    assert "| would |" in (report_dir / "latest-plan.md").read_text()
+
+    rc, out = playbook("maintenance_window.yml", kubeconfig, report_dir, f"{N1},{NPU}", policy)
     assert rc == 0, out[-6000:]
     s, hosts = summary(report_dir)
-    assert s["batch_size"] == parallel
+    assert s["batch_size"] == parallel == plan["batch_size"]
     for name in (N1, NPU):
-        assert hosts[name]["status"] == "upgraded", hosts[name]
-        assert any("trainer" in str(e) for e in hosts[name].get("evicted", [])), hosts[name]
+        h, p = hosts[name], planned[name]
+        assert h["status"] == "upgraded", h
+        assert sorted(h["evicted"]) == p["would_evict"], (h["evicted"], p["would_evict"])
+        assert h["rebooted"] is p["reboot"]
+        # apt did what the simulation said: every planned install at its version, every removal gone
+        moved = {i["name"]: i["to"] for i in p["transaction"]["install"]}
+        assert moved and installed(name, moved) == moved, (installed(name, moved), moved)
+        gone = [r["name"] for r in p["transaction"]["remove"]]
+        assert installed(name, gone) == {}, gone
         assert not node(core_v1, name).spec.unschedulable
 
 
-def test_pdb_that_allows_no_disruption_is_refused_before_any_cordon(lab_kubeconfig, core_v1, report_dir, trainer):
+def test_pdb_that_allows_no_disruption_is_refused_before_any_cordon(kubeconfig, core_v1, report_dir, trainer):
     trainer(0)
     policy = {"driver_upgrade_policy": {"drain": {"enable": True, "timeoutSeconds": 30}}}
-    rc, out = playbook("maintenance_window.yml", lab_kubeconfig, report_dir, N1, policy)
+    rc, out = playbook("maintenance_window.yml", kubeconfig, report_dir, N1, policy)
     assert rc != 0
     s, hosts = summary(report_dir)
     h = hosts[N1]
@@ -396,7 +519,7 @@ K177, K179 = "5.15.0-177-generic", "5.15.0-179-generic"
 
 
 def test_incident_audit_flags_then_window_fixes_and_ip_vs_loads(
-    lab_kubeconfig, core_v1, report_dir, restore, trainer
+    kubeconfig, core_v1, report_dir, restore, trainer
 ):
     """domain.md incident on lab-node-0: u-u upgrades 580 userspace + kernel; audit flags it; the
     window (target 580.159.03) reboots into 5.15.0-179, verifies, and ip_vs loads there.
@@ -429,7 +552,7 @@ def test_incident_audit_flags_then_window_fixes_and_ip_vs_loads(
     hx(name, "unattended-upgrade")
     assert hx(name, "nvidia-smi", check=False).returncode == 18  # NVML mismatch
 
-    rc, out = playbook("audit.yml", lab_kubeconfig, report_dir, name, timeout=600)
+    rc, out = playbook("audit.yml", kubeconfig, report_dir, name, timeout=600)
     assert rc != 0, out[-4000:]
     audit = json.loads((report_dir / "audit-latest.json").read_text())
     row = [h for h in audit["hosts"] if h["host"] == name][0]
@@ -440,7 +563,7 @@ def test_incident_audit_flags_then_window_fixes_and_ip_vs_loads(
     assert mine, [(p.metadata.name, p.spec.node_name) for p in pods]
     rc, out = playbook(
         "maintenance_window.yml",
-        lab_kubeconfig,
+        kubeconfig,
         report_dir,
         name,
         "driver_upgrade_target_version=580.159.03",
@@ -463,7 +586,7 @@ def test_incident_audit_flags_then_window_fixes_and_ip_vs_loads(
 
 
 def test_retry_after_a_lost_gpu_compares_with_the_first_attempts_devices(
-    lab_kubeconfig, core_v1, report_dir, restore
+    kubeconfig, core_v1, report_dir, restore
 ):
     """Run 1 fails verification with 7 of 8 devices; run 2 on the same host (7 devices) fails too: the
     device baseline recorded on the Node at the first attempt is kept across the retry, and labels that
@@ -475,7 +598,7 @@ def test_retry_after_a_lost_gpu_compares_with_the_first_attempts_devices(
         "driver_upgrade_policy": {"maxUnavailable": "100%", "reboot": {"enable": True, "rebootTimeoutSeconds": 300}}
     }
     for attempt in (1, 2):
-        rc, out = playbook("maintenance_window.yml", lab_kubeconfig, report_dir, N1, policy)
+        rc, out = playbook("maintenance_window.yml", kubeconfig, report_dir, N1, policy)
         assert rc != 0, out[-4000:]
         s, hosts = summary(report_dir)
         h = hosts[N1]
@@ -489,13 +612,13 @@ def test_retry_after_a_lost_gpu_compares_with_the_first_attempts_devices(
 
 
 def test_rerun_after_a_kill_in_a_finish_or_reboot_state_goes_on_from_there(
-    lab_kubeconfig, core_v1, report_dir, restore
+    kubeconfig, core_v1, report_dir, restore
 ):
     """A run killed after the host work ends as an uninterrupted run would: from uncordon-required the
     rerun verifies and uncordons (it does not mark the node failed), from reboot-required it reboots
     (never a reload waiting for a boot that does not come) and validates the new boot."""
     restore(N1)
-    rc, out = playbook("maintenance_window.yml", lab_kubeconfig, report_dir, N1)
+    rc, out = playbook("maintenance_window.yml", kubeconfig, report_dir, N1)
     assert rc == 0, out[-4000:]
     ann = "nvidia.com/gpu-driver-upgrade-"
 
@@ -509,7 +632,7 @@ def test_rerun_after_a_kill_in_a_finish_or_reboot_state_goes_on_from_there(
         )
 
     left_in("uncordon-required")
-    rc, out = playbook("maintenance_window.yml", lab_kubeconfig, report_dir, N1)
+    rc, out = playbook("maintenance_window.yml", kubeconfig, report_dir, N1)
     assert rc == 0, out[-4000:]
     _s, hosts = summary(report_dir)
     h = hosts[N1]
@@ -520,7 +643,7 @@ def test_rerun_after_a_kill_in_a_finish_or_reboot_state_goes_on_from_there(
 
     boot = n.status.node_info.boot_id
     left_in("reboot-required", **{"boot-id-before": boot, "target-version": "550.90.07"})
-    rc, out = playbook("maintenance_window.yml", lab_kubeconfig, report_dir, N1)
+    rc, out = playbook("maintenance_window.yml", kubeconfig, report_dir, N1)
     assert rc == 0, out[-4000:]
     _s, hosts = summary(report_dir)
     h = hosts[N1]

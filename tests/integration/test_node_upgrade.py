@@ -1,5 +1,5 @@
 """npu_node_upgrade on the lab (issue 5), run through ansible-playbook with a ServiceAccount bound only
-to deploy/rbac/npuops-fleet-clusterrole.yaml.
+to deploy/rbac/ (ClusterRole npuops-fleet, Roles npuops-fleet-leases and npuops-fleet-events).
 
 Covers the drain scenario of Lab part 1 (trainer x4 with anti-affinity + trainer-pdb), C13-C16, the
 skip label, emptyDir / controller-less / DaemonSet pods, operand pause/restore, check mode, and a run
@@ -21,13 +21,12 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_runner import COLLECTIONS, run_module
-from labhelpers import driver_labels, gone, wait
+from labhelpers import driver_labels, gone, shipped_rbac, wait
 from lablib import nodes as labnodes  # tests/lab on sys.path via conftest.py
 
 pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
-ROLE_FILE = REPO / "deploy" / "rbac" / "npuops-fleet-clusterrole.yaml"
 NS = "gpu-drv"
 STATE = "nvidia.com/gpu-driver-upgrade-state"
 SKIP = "nvidia.com/gpu-driver-upgrade.skip"
@@ -39,9 +38,8 @@ FAST_DRAIN = {"drain": {"enable": True, "timeoutSeconds": 10}, "maxUnavailable":
 
 @pytest.fixture
 def kubeconfig(sa_kubeconfig):
-    """A ServiceAccount bound to exactly the shipped ClusterRole's rules."""
-    rules = yaml.safe_load(ROLE_FILE.read_text())["rules"]
-    return sa_kubeconfig(rules=rules)
+    """A ServiceAccount bound to exactly the shipped RBAC (deploy/rbac/)."""
+    return sa_kubeconfig(shipped=True)
 
 
 @pytest.fixture
@@ -472,14 +470,27 @@ def test_killed_mid_drain_then_rerun_resumes(core_v1, policy_v1, kubeconfig, nod
 
 
 def test_rbac_role_is_what_the_module_needs():
-    """The manifest is a valid ClusterRole (the tests above use only its rules)."""
-    role = yaml.safe_load(ROLE_FILE.read_text())
+    """The shipped RBAC (the tests above use only it): node and pod rights cluster-wide, Leases and
+    Events namespaced, Lease updates only on the run's names."""
+    docs = {d["metadata"]["name"]: d for d in shipped_rbac()}
+    role = docs["npuops-fleet"]
     assert role["kind"] == "ClusterRole"
     verbs = {(r["apiGroups"][0], res): set(r["verbs"]) for r in role["rules"] for res in r["resources"]}
     assert verbs[("", "pods/eviction")] == {"create"}
     assert "delete" not in verbs[("", "nodes")] and "update" not in verbs[("", "nodes")]
     assert "delete" not in verbs[("", "pods")]  # pods leave only through the Eviction API
     assert verbs[("policy", "poddisruptionbudgets")] == {"list"}
+    assert {g for g, _res in verbs} == {"", "policy"}  # no Lease or Event rights cluster-wide
+    leases = docs["npuops-fleet-leases"]
+    assert (leases["kind"], leases["metadata"]["namespace"]) == ("Role", "kube-system")
+    named = [r for r in leases["rules"] if r.get("resourceNames")]
+    assert {v for r in named for v in r["verbs"]} == {"get", "update", "delete"}
+    assert set(named[0]["resourceNames"]) == {
+        "npuops-fleet-maintenance-window", "npuops-fleet-admission-nvidia", "npuops-fleet-admission-rebellions"}
+    assert [r["verbs"] for r in leases["rules"] if not r.get("resourceNames")] == [["create"]]
+    events = docs["npuops-fleet-events"]
+    assert (events["kind"], events["metadata"]["namespace"]) == ("Role", "default")
+    assert events["rules"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
 
 
 def test_admission_waits_at_max_unavailable(core_v1, kubeconfig, node_guard):

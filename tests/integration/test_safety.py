@@ -16,7 +16,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-import yaml
 from ansible_runner import run_module
 from kubernetes import client
 from labhelpers import create_kwok_nodes, delete_nodes, driver_labels, ready, wait
@@ -24,7 +23,6 @@ from labhelpers import create_kwok_nodes, delete_nodes, driver_labels, ready, wa
 pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
-ROLE_FILE = REPO / "deploy" / "rbac" / "npuops-fleet-clusterrole.yaml"
 NS = "gpu-drv"
 PRESENT = "it.npuops.io/gpu.present"
 STATE = "nvidia.com/gpu-driver-upgrade-state"
@@ -48,7 +46,8 @@ PROFILE = {"presence_label": PRESENT}
 
 @pytest.fixture
 def kubeconfig(sa_kubeconfig):
-    return sa_kubeconfig(rules=yaml.safe_load(ROLE_FILE.read_text())["rules"])
+    """A ServiceAccount bound to exactly the shipped RBAC (deploy/rbac/)."""
+    return sa_kubeconfig(shipped=True)
 
 
 @pytest.fixture

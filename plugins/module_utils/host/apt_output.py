@@ -398,3 +398,44 @@ def install_outcome(
             parts.append("apt said: " + " | ".join(tail))
     res["msg"] = "; ".join(parts)
     return res
+
+
+_SIM_INST_RE = re.compile(r"^Inst (?P<name>\S+)(?: \[(?P<old>[^\]]+)\])? \((?P<new>\S+)")
+_SIM_REMV_RE = re.compile(r"^(?:Remv|Purg) (?P<name>\S+)(?: \[(?P<old>[^\]]+)\])?")
+
+
+def simulated_transaction(text: str) -> dict[str, list[dict[str, Optional[str]]]]:
+    """What ``apt-get --simulate install ...`` says it would do, from its ``Inst`` / ``Remv`` lines.
+
+    ``Inst name [old] (new release [arch])`` is an upgrade or downgrade from ``old`` (no ``[old]``: a
+    new package); ``Remv name [old]`` (``Purg`` with --purge) a removal. Returns ``{"install": [{"name",
+    "from", "to"}...], "remove": [{"name", "version"}...]}`` in apt's order; ``Conf`` lines repeat the
+    installs and are ignored."""
+    out: dict[str, list[dict[str, Optional[str]]]] = {"install": [], "remove": []}
+    for line in (text or "").splitlines():
+        m = _SIM_INST_RE.match(line)
+        if m:
+            out["install"].append({"name": m.group("name"), "from": m.group("old"), "to": m.group("new")})
+            continue
+        m = _SIM_REMV_RE.match(line)
+        if m:
+            out["remove"].append({"name": m.group("name"), "version": m.group("old")})
+    return out
+
+
+def release_holds_in_status(status_text: str, names: Iterable[str]) -> str:
+    """A copy of dpkg's status file in which the packages ``names`` are no longer on hold
+    (``Status: hold ok installed`` -> ``install ok installed``): apt simulating against it sees the
+    holds as the install step leaves them after releasing the driver family."""
+    wanted = {n.split(":", 1)[0] for n in names}
+    out = []
+    current = None
+    for line in status_text.splitlines(keepends=True):
+        if line.startswith("Package: "):
+            current = line[len("Package: "):].strip()
+        elif not line.strip():
+            current = None
+        elif current in wanted and line.startswith("Status: hold "):
+            line = "Status: install " + line[len("Status: hold "):]
+        out.append(line)
+    return "".join(out)

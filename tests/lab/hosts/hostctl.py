@@ -34,6 +34,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -371,6 +372,10 @@ def create_host(name, spec, image, repo, node=True):
         f.write(osr)
     with open(os.path.join(d, "spec.json"), "w") as f:
         json.dump(spec, f)
+    # each machine its own machine-id, as every installed host has (systemd would derive the same one
+    # for every container of this machine); bind-mounted, the way container managers pass it
+    with open(os.path.join(d, "etc-machine-id"), "w") as f:
+        f.write(uuid.uuid4().hex + "\n")
     podman("rm", "-f", "-v", cname(name), check=False, quiet=True)
     podman("run", "-d", "--name", cname(name), "--hostname", name,
            "--systemd=always", "--restart=always",
@@ -380,6 +385,7 @@ def create_host(name, spec, image, repo, node=True):
            # hosts the node agent keeps behind their Node (a Node of that name must exist)
            *(["--label", "npuops-lab-agent=" + STATE] if node else []),
            "-v", "%s:/var/lib/npuops-lab/host" % d,
+           "-v", "%s:/etc/machine-id:ro" % os.path.join(d, "etc-machine-id"),
            "-v", "%s:/sys/module" % os.path.join(d, "sysmodule"),
            "-v", "%s:/srv/npuops-lab-repo:ro" % repo,
            "-v", "%s:/etc/ssh/npuops-lab_authorized_keys:ro" % (os.path.join(os.path.dirname(key), "authorized_keys")),

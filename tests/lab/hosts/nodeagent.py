@@ -14,11 +14,10 @@ Every ~2 s, per host (host name = Node name):
       nvidia.com/cuda.driver.major/minor/rev                   LOADED nvidia module, only when
                        NVML would initialise (userspace == module), like GFD; stale otherwise
       rebellions.ai/driver-version.full/major/minor/patch      LOADED rebellions module
-    and status.nodeInfo kernelVersion / osImage / bootID.
+    and status.nodeInfo kernelVersion / osImage / bootID / machineID.
 State is read from the host side: $NPUOPS_LAB_DIR/hosts/<name>/{ready,kernel-release,os-release,
-sysmodule/} and the container's root filesystem (libnvidia-ml.so.1 link) via podman inspect.
+boot-id,machine-id,sysmodule/} and the container's root filesystem (libnvidia-ml.so.1 link) via podman inspect.
 """
-import hashlib
 import json
 import os
 import signal
@@ -127,11 +126,10 @@ class Host:
                                   "rebellions.ai/driver-version.minor": p[1],
                                   "rebellions.ai/driver-version.patch": p[2]}
         labels.update(self.driver_labels)
+        # bootID / machineID as a kubelet on the host reads them (published by the lab's boot.sh)
         info = {"kernel_version": kern, "os_image": osr.get("PRETTY_NAME"),
-                "boot_id": None}
-        if self.marker:
-            h = hashlib.sha1(("%s-%s" % (self.name, self.marker)).encode()).hexdigest()
-            info["boot_id"] = "%s-%s-%s-%s-%s" % (h[:8], h[8:12], h[12:16], h[16:20], h[20:32])
+                "boot_id": readf(os.path.join(d, "boot-id")),
+                "machine_id": readf(os.path.join(d, "machine-id"))}
         return labels, info
 
     def step(self, api, running):

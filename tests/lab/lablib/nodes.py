@@ -54,12 +54,12 @@ def refresh_labels(core_v1, name, labels: dict):
 
 
 def set_node_info(core_v1, name, kernel_version=None, os_image=None, boot_id=None,
-                  kubelet_version=None):
+                  kubelet_version=None, machine_id=None):
     """Patch status.nodeInfo (what the kubelet reports). kwok keeps these: its heartbeat only
     rewrites conditions/addresses, and its node-initialize stage keeps a nodeInfo already set.
     Change boot_id after a simulated reboot, as a real kubelet would."""
     info = {"kernelVersion": kernel_version, "osImage": os_image, "bootID": boot_id,
-            "kubeletVersion": kubelet_version}
+            "kubeletVersion": kubelet_version, "machineID": machine_id}
     info = {k: v for k, v in info.items() if v is not None}
     if info:
         core_v1.patch_node_status(name, {"status": {"nodeInfo": info}})

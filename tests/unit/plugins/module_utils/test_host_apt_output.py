@@ -215,3 +215,36 @@ def test_install_ok():
         0, "Setting up nvidia-driver-460 (460.91.03-0ubuntu1) ...\n", "", TARGETS, dict(TARGETS)
     )
     assert res["ok"] is True and res["msg"] is None and res["not_at_target"] == {}
+
+
+def test_simulated_branch_change_from_the_lab_apt():
+    # apt-get -s on a lab host (535 -> 550 branch change): six removals, six new packages
+    t = apt_output.simulated_transaction(fixture("apt-simulate-branch-change.txt"))
+    assert [r["name"] for r in t["remove"]] == [
+        "nvidia-driver-535-server-open", "nvidia-utils-535-server", "libnvidia-compute-535-server",
+        "libnvidia-common-535-server", "nvidia-compute-utils-535-server", "nvidia-dkms-535-server-open"]
+    assert {r["version"] for r in t["remove"]} == {"535.183.06-0ubuntu1"}
+    assert len(t["install"]) == 6 and t["install"][0] == {
+        "name": "libnvidia-common-550-server", "from": None, "to": "550.90.07-0ubuntu1"}
+    assert {i["to"] for i in t["install"]} == {"550.90.07-0ubuntu1"}
+
+
+def test_simulated_upgrade_and_purge_lines():
+    # apt's forms for an upgrade (installed version in brackets) and, with --purge, a purge
+    text = ("Inst nvidia-kernel-dkms [535.216.03-2~bpo12+1] (535.261.03-1 Debian:12.12/stable [amd64]) []\n"
+            "Purg firmware-nvidia-gsp [535.216.03-2~bpo12+1]\n"
+            "Conf nvidia-kernel-dkms (535.261.03-1 Debian:12.12/stable [amd64])\n")
+    assert apt_output.simulated_transaction(text) == {
+        "install": [{"name": "nvidia-kernel-dkms", "from": "535.216.03-2~bpo12+1", "to": "535.261.03-1"}],
+        "remove": [{"name": "firmware-nvidia-gsp", "version": "535.216.03-2~bpo12+1"}],
+    }
+
+
+def test_release_holds_in_a_copy_of_dpkg_status():
+    status = ("Package: nvidia-utils-535-server\nStatus: hold ok installed\nVersion: 535.183.06-0ubuntu1\n\n"
+              "Package: linux-image-5.15.0-107-generic\nStatus: hold ok installed\n\n"
+              "Package: openssl\nStatus: install ok installed\n")
+    out = apt_output.release_holds_in_status(status, ["nvidia-utils-535-server:amd64"])
+    assert out.splitlines()[1] == "Status: install ok installed"  # released
+    assert out.splitlines()[5] == "Status: hold ok installed"      # the kernel stays held
+    assert out.count("\n") == status.count("\n")

@@ -490,3 +490,34 @@ def test_rebellions_dkms_no_fabricmanager(monkeypatch, capsys):
     assert f["dkms"]["driver_modules"] == ["rebellions"] and f["dkms"]["verdict"] == "installed"
     assert f["fabricmanager"] is None
     assert not [c for c in host.calls if c[0].endswith("journalctl")]
+
+
+def test_identity_as_the_kubelet_reads_it(monkeypatch, capsys):
+    host = Host(
+        fixture("nvidia-smi-query-ok.txt"),
+        0,
+        {
+            "/sys/module/nvidia/version": "580.126.09\n",
+            "/var/lib/dbus/machine-id": "3d1219c7c4c5404aaa1f6d2a48adfda4\n",  # no /etc/machine-id: dbus's
+            "/sys/class/dmi/id/product_uuid": "4C4C4544-0039-4810-8033-B4C04F5A4E32\n",
+            "/run/sim/boot_id": "0f5ef7a2-9d0c-4a5e-8f43-2c1d6a3f0b7e\n",
+        },
+        {"5.15.0-177-generic": "580.126.09"},
+    )
+    monkeypatch.setattr(mod.socket, "gethostname", lambda: "GPU-17")
+    run_module(monkeypatch, host, {"vendor": "nvidia", "boot_id_file": "/run/sim/boot_id"},
+               boot=("vmlinuz-5.15.0-177-generic",))
+    assert result(capsys)["identity"] == {
+        "machine_id": "3d1219c7c4c5404aaa1f6d2a48adfda4",
+        "system_uuid": "4C4C4544-0039-4810-8033-B4C04F5A4E32",
+        "boot_id": "0f5ef7a2-9d0c-4a5e-8f43-2c1d6a3f0b7e",
+        "hostname": "gpu-17",
+    }
+
+
+def test_identity_unknown_parts_are_null(monkeypatch, capsys):
+    host = Host(fixture("nvidia-smi-query-ok.txt"), 0, {"/etc/machine-id": "\n"}, {"5.15.0-177-generic": "580.126.09"})
+    monkeypatch.setattr(mod.socket, "gethostname", lambda: "gpu-17")
+    run_module(monkeypatch, host, {"vendor": "nvidia"}, boot=("vmlinuz-5.15.0-177-generic",))
+    ident = result(capsys)["identity"]
+    assert ident == {"machine_id": None, "system_uuid": None, "boot_id": None, "hostname": "gpu-17"}

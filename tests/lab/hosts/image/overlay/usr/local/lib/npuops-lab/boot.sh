@@ -28,7 +28,13 @@ start)
     chmod 666 /dev/nvidia* /dev/rbln* 2>/dev/null
     # boot marker = PID 1 start time (clock ticks since host boot): changes on every boot
     marker=$(cut -d' ' -f22 /proc/1/stat)
+    # the simulated kernel's boot id (a container shares the machine's): new on every boot, read by
+    # the product from here (npuops_fleet_boot_id_file) and reported as the Node's bootID by the agent
+    cat /proc/sys/kernel/random/uuid > /run/npuops-lab/boot_id
     if [ -d $HOSTDIR ]; then
+        cp /run/npuops-lab/boot_id $HOSTDIR/boot-id.tmp && mv $HOSTDIR/boot-id.tmp $HOSTDIR/boot-id
+        # what a kubelet on this host would report as machineID (systemd has set it by now)
+        head -n 1 /etc/machine-id > $HOSTDIR/machine-id.tmp 2>/dev/null && mv $HOSTDIR/machine-id.tmp $HOSTDIR/machine-id
         printf '%s\n' "${rel:-$(uname -r)}" > $HOSTDIR/kernel-release.tmp && mv $HOSTDIR/kernel-release.tmp $HOSTDIR/kernel-release
         printf '%s\n' "$marker" > $HOSTDIR/ready.tmp && mv $HOSTDIR/ready.tmp $HOSTDIR/ready
     fi
