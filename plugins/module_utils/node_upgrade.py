@@ -255,7 +255,7 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
                 self.result["baseline_mismatch"] = differs
         skip_label = self.profile["upgrade_skip_label"]
         try:
-            if phase in ("prepare", "status") and self.host_identity is not None:
+            if phase in ("prepare", "status") and self.host_identity is not None and self.identity_fields:
                 self._check_identity(refuse=phase == "prepare")
             if self._labels().get(skip_label) == "true":
                 # As in the operators: the skip label is checked before an upgrade starts. A node

@@ -135,7 +135,7 @@ options:
   identity_fields:
     description:
       - The fields of O(host_identity) to compare. Leave out C(hostname) where kubelets run with
-        C(--hostname-override); an empty list turns the check off.
+        C(--hostname-override); an empty list turns the check off (no RV(identity) is returned).
     type: list
     elements: str
     choices: [machine_id, system_uuid, boot_id, hostname]

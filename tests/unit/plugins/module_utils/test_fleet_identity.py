@@ -142,3 +142,9 @@ def test_status_reports_a_mismatch_without_failing():
     res = up.run("status")
     assert res["identity"]["same"] is False and "machine_id: host" in res["identity"]["message"]
     assert c.writes == 0
+
+
+def test_empty_identity_fields_turn_the_check_off():
+    c = FakeCluster([node("gpu-17", machine_id="9a0e6f3c2b1d4e5f8a7b6c5d4e3f2a1b")])
+    _up, res = _prepare(c, "gpu-17", True, host_identity=host(), identity_fields=[])
+    assert "identity" not in res and res["transitions"]
