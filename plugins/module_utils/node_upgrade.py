@@ -20,6 +20,7 @@ from ansible_collections.npuops.fleet.plugins.module_utils import (
     cordon,
     drain,
     eviction_rules,
+    k8s_wait,
     node_record,
     operands,
     upgrade_validation,
@@ -41,6 +42,11 @@ try:
     from kubernetes import client as k8s
 except ImportError:  # pragma: no cover - reported by the module
     k8s = None
+
+
+# Seconds prepare waits for the kubelet to report a new boot id when that is the only difference
+# between the host and its Node (the kubelet posts status every 10 s once it runs).
+IDENTITY_BOOT_ID_WAIT = 90
 
 
 class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
@@ -298,6 +304,19 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
         """Compare the host with the Node's machine; ``refuse``: a different machine fails the call
         (UpgradeConflict: nothing is marked or undone), else the result only reports it."""
         found = identity.compare(self.host_identity, identity.node_identity(self.node), self.identity_fields)
+        if [m["field"] for m in found["mismatches"]] == ["boot_id"]:
+            # Everything else is this machine: a host that booted moments ago, whose kubelet has not
+            # reported the new boot id yet. Wait for it (bounded) instead of refusing a resumed node.
+            want = identity.normalised("boot_id", self.host_identity.get("boot_id"))
+
+            def reported(items: list[dict[str, Any]]) -> bool:
+                return any(identity.normalised("boot_id", node_record.boot_id(i)) == want for i in items)
+
+            res = k8s_wait.wait_for(
+                self.core.list_node, reported, IDENTITY_BOOT_ID_WAIT, field_selector="metadata.name=%s" % self.name
+            )
+            if res.ok and res.items:
+                found = identity.compare(self.host_identity, identity.node_identity(res.items[0]), self.identity_fields)
         found["message"] = identity.refusal(self.host_identity.get("host") or "(host)", self.name, found)
         self.result["identity"] = found
         if refuse and found["message"]:

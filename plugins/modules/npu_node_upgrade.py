@@ -110,7 +110,9 @@ options:
         Before anything else, each field of O(identity_fields) that both sides know is compared with the
         Node - C(machine_id) with C(status.nodeInfo.machineID), C(system_uuid) with C(systemUUID)
         (case-insensitive), C(boot_id) with C(bootID), C(hostname) with the C(kubernetes.io/hostname)
-        label (short name and FQDN of one name match). A difference, or no field known on both sides,
+        label (short name and FQDN of one name match). When the boot id is the only difference (a host
+        that booted moments ago) the call first waits up to 90 seconds for the kubelet to report it.
+        A difference, or no field known on both sides,
         fails the call with RV(conflict) and RV(identity_mismatch) and changes nothing, so that a wrong
         inventory mapping never cordons one machine's node while the driver is reinstalled on another.
         O(phase=status) only reports the comparison in RV(identity).

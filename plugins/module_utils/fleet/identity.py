@@ -42,7 +42,8 @@ def node_identity(node: Mapping[str, Any]) -> dict[str, Optional[str]]:
     }
 
 
-def _norm(field: str, value: Any) -> Optional[str]:
+def normalised(field: str, value: Any) -> Optional[str]:
+    """The comparable form of one field's value (UUIDs and ids without dashes, lower case); None when empty."""
     if value is None:
         return None
     text = str(value).strip().lower()
@@ -75,7 +76,7 @@ def compare(
         raise ValueError("unknown identity field(s) %s; known: %s" % (", ".join(bad), ", ".join(FIELDS)))
     out: dict[str, Any] = {"compared": [], "unknown": [], "mismatches": []}
     for field in fields:
-        h, n = _norm(field, host.get(field)), _norm(field, node.get(field))
+        h, n = normalised(field, host.get(field)), normalised(field, node.get(field))
         if h is None or n is None:
             out["unknown"].append(field)
             continue

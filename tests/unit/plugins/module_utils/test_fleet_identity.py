@@ -148,3 +148,37 @@ def test_empty_identity_fields_turn_the_check_off():
     c = FakeCluster([node("gpu-17", machine_id="9a0e6f3c2b1d4e5f8a7b6c5d4e3f2a1b")])
     _up, res = _prepare(c, "gpu-17", True, host_identity=host(), identity_fields=[])
     assert "identity" not in res and res["transitions"]
+
+
+def test_a_boot_id_not_reported_yet_is_waited_for(monkeypatch):
+    """Only the boot id differs (the host booted moments ago): prepare waits for the kubelet's report."""
+    from ansible_collections.npuops.fleet.plugins.module_utils import k8s_wait
+
+    c = FakeCluster([node("gpu-17", boot_id="old-boot-0000")])
+    waited = []
+
+    def wait_for(list_fn, predicate, timeout, **kw):
+        waited.append(timeout)
+        c.nodes["gpu-17"]["status"]["nodeInfo"]["bootID"] = BOOT  # the kubelet posts its status
+        items = k8s_wait.list_raw(list_fn, **kw).get("items") or []
+        return k8s_wait.WaitResult(predicate(items), items, 1.0)
+
+    monkeypatch.setattr(k8s_wait, "wait_for", wait_for)
+    _up, res = _prepare(c, "gpu-17", False, host_identity=host())
+    assert waited[0] == 90 and res["identity"]["same"] and res["state"] == "pod-restart-required"
+
+
+def test_a_boot_id_that_never_comes_is_refused():
+    c = FakeCluster([node("gpu-17", boot_id="old-boot-0000")])
+    with pytest.raises(UpgradeConflict, match="boot_id: host %s, node old-boot-0000 .or a host that rebooted" % BOOT):
+        _prepare(c, "gpu-17", True, host_identity=host())
+    assert c.writes == 0
+
+
+def test_no_wait_when_more_than_the_boot_id_differs(monkeypatch):
+    from ansible_collections.npuops.fleet.plugins.module_utils import k8s_wait
+
+    monkeypatch.setattr(k8s_wait, "wait_for", lambda *a, **k: pytest.fail("must not wait"))
+    c = FakeCluster([node("gpu-17", boot_id="old-boot-0000", machine_id="9a0e6f3c2b1d4e5f8a7b6c5d4e3f2a1b")])
+    with pytest.raises(UpgradeConflict):
+        _prepare(c, "gpu-17", True, host_identity=host())
