@@ -25,7 +25,7 @@ from kubernetes import client, config
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
-from ansible_runner import run_module  # noqa: E402
+from ansible_tasks import run_module  # noqa: E402
 
 LAB_DIR = Path(os.environ.get("NPUOPS_LAB_DIR", "/tmp/npuops-lab"))
 KUBECONFIG = os.environ.get("KUBECONFIG") or str(LAB_DIR / "kubeconfig")

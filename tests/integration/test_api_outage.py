@@ -25,7 +25,7 @@ from urllib.parse import urlparse
 
 import pytest
 import yaml
-from ansible_runner import run_module, run_tasks
+from ansible_tasks import run_module, run_tasks
 from kubernetes import client
 from labhelpers import create_kwok_nodes, delete_nodes, driver_labels, wait
 

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 import yaml
-from ansible_runner import run_module
+from ansible_tasks import run_module
 
 pytestmark = pytest.mark.lab
 

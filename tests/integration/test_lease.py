@@ -8,7 +8,7 @@ import time
 import uuid
 
 import pytest
-from ansible_runner import run_module
+from ansible_tasks import run_module
 from kubernetes import client
 
 pytestmark = pytest.mark.lab

@@ -358,6 +358,32 @@ def test_check_mode_is_the_plan_and_changes_nothing(kubeconfig, core_v1, coordin
         assert h["status"] == "already-at-target" and h["transaction"] is None, h
 
 
+def test_plan_through_ansible_runner_comes_back_as_job_artifacts(kubeconfig, core_v1, coordination_v1, tmp_path):
+    """AWX runs playbooks with ansible-runner: the plan (and a run's summary, the same set_stats)
+    comes back in the runner's stats event, so it outlives the job's pod."""
+    import ansible_runner
+
+    before = world(core_v1, coordination_v1, (N1,))
+    private = tmp_path / "runner"
+    r = ansible_runner.run(
+        private_data_dir=str(private),
+        playbook=str(REPO / "playbooks" / "maintenance_window.yml"),
+        inventory=str(INVENTORY),
+        extravars={"maintenance_hosts": N1, "maintenance_mode": "plan", "npuops_fleet_kubeconfig": kubeconfig,
+                   "maintenance_report_dir": str(tmp_path / "reports")},
+        envvars={"ANSIBLE_COLLECTIONS_PATH": str(COLLECTIONS), "NPUOPS_LAB_DIR": str(lab_dir()),
+                 "KUBECONFIG": kubeconfig},
+        quiet=True,
+        timeout=600,
+    )
+    assert (r.status, r.rc) == ("successful", 0), r.stdout.read()[-4000:]
+    stats = [e for e in r.events if e.get("event") == "playbook_on_stats"]
+    plan = stats[-1]["event_data"]["artifact_data"]["npuops_fleet_plan"]
+    assert plan["kind"] == "plan" and plan["batches"] == [[N1]] and plan["hosts"][0]["host"] == N1, plan
+    assert plan == json.loads((tmp_path / "reports" / "latest-plan.json").read_text())
+    assert world(core_v1, coordination_v1, (N1,)) == before
+
+
 def test_window_upgrades_gpu_and_npu_then_rerun_changes_nothing(kubeconfig, core_v1, report_dir, restore):
     restore(N1)
     restore(NPU)

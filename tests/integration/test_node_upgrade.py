@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_runner import COLLECTIONS, run_module
+from ansible_tasks import COLLECTIONS, run_module
 from labhelpers import driver_labels, gone, shipped_rbac, wait
 from lablib import nodes as labnodes  # tests/lab on sys.path via conftest.py
 

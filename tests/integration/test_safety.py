@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from ansible_runner import run_module
+from ansible_tasks import run_module
 from kubernetes import client
 from labhelpers import create_kwok_nodes, delete_nodes, driver_labels, ready, wait
 

@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from ansible_runner import run_module
+from ansible_tasks import run_module
 from kubernetes import client
 from lablib import nodes as labnodes  # tests/lab on sys.path via conftest.py
 
