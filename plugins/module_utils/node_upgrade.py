@@ -76,6 +76,7 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
         own_run_only: bool = False,
         host_identity: Optional[Mapping[str, Any]] = None,
         identity_fields: Optional[list[str]] = None,
+        drain_preview: bool = True,
     ) -> None:
         # core / policy_api / coord_api may be injected (unit tests use in-memory fakes).
         self.core = core or k8s.CoreV1Api(api_client)
@@ -100,6 +101,7 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
         # change, when it is not the machine behind the Node.
         self.host_identity = dict(host_identity) if host_identity else None
         self.identity_fields = list(identity_fields) if identity_fields is not None else list(identity.FIELDS)
+        self.drain_preview = drain_preview
         self.baseline = dict(baseline) if baseline else None
         self.profile = profile
         self.policy = policy
@@ -266,12 +268,14 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
             if self._labels().get(skip_label) == "true":
                 # As in the operators: the skip label is checked before an upgrade starts. A node
                 # labelled in the middle of its upgrade is finished (or failed), never left cordoned.
-                if phase == "prepare" and self.state in sm.IDLE_STATES:
+                if phase in ("prepare", "status") and self.state in sm.IDLE_STATES:
+                    # status says so too: a caller checks the label before it touches the host at all
                     self.result["skipped"] = True
                     self.result["skip_reason"] = "node is labelled %s=true; its driver is left alone" % skip_label
                     self.result["message"] = self.result["skip_reason"]
-                    return self._finish_result()
-                if phase != "status":
+                    if phase == "prepare":
+                        return self._finish_result()
+                elif phase != "status":
                     self.warnings.append(
                         "node %s is labelled %s=true while in %s: the label is honoured only before an upgrade "
                         "starts; this %s goes on" % (self.name, skip_label, self.state or "(no state)", phase)
@@ -339,6 +343,9 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
 
     # ---- phases --------------------------------------------------------------------------------
     def _phase_status(self, entry: sm.Entry, reason: Optional[str]) -> None:
+        self.result["message"] = "node %s is in %s" % (self.name, self.state or "(no state label)")
+        if not self.drain_preview or self.result["skipped"]:
+            return  # the node alone (a node left alone has nothing to drain)
         # What prepare would remove with this policy: the accelerator pods of the pod-deletion step,
         # and the drain's pods when the drain runs (drain.enable, or a planned reboot).
         pods = self._pods()
@@ -354,7 +361,6 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
         self.result["drain_blockers"] = plan.blockers if drain_policy.enable else deletion.blockers
         self.result["refused_evictions"] = self._structural_refusals(victims)
         self.result["waited_for"] = sorted(set(plan.wait) | set(deletion.wait))
-        self.result["message"] = "node %s is in %s" % (self.name, self.state or "(no state label)")
 
     def _phase_fail(self, entry: sm.Entry, reason: Optional[str]) -> None:
         reason = reason or "upgrade failed (no reason given)"

@@ -134,6 +134,14 @@ options:
       hostname:
         description: The kernel host name.
         type: str
+  drain_preview:
+    description:
+      - O(phase=status) only - also compute the drain preview (RV(would_evict), RV(blocking_pdbs),
+        RV(refused_evictions), one pod list, one PodDisruptionBudget list and a server-side dry-run
+        eviction per pod). V(false) reads the node only (one GET) - its state and whether the skip label
+        leaves it alone (RV(skipped)).
+    type: bool
+    default: true
   identity_fields:
     description:
       - The fields of O(host_identity) to compare. Leave out C(hostname) where kubelets run with
@@ -231,8 +239,8 @@ transitions:
   elements: dict
 skipped:
   description:
-    - True when prepare left the node alone because of the vendor's upgrade skip label (Ansible then
-      shows the task as skipped).
+    - True when prepare left the node alone because of the vendor's upgrade skip label, or (O(phase=status))
+      would leave it alone (Ansible then shows the task as skipped).
   returned: when the node was left alone
   type: bool
 skip_reason: {description: Why the node was left alone., returned: always, type: str}
@@ -398,6 +406,7 @@ def main():
                 hostname=dict(type="str"),
             ),
         ),
+        drain_preview=dict(type="bool", default=True),
         identity_fields=dict(
             type="list",
             elements="str",
@@ -483,6 +492,7 @@ def main():
         own_run_only=p["own_run_only"],
         host_identity=p["host_identity"],
         identity_fields=p["identity_fields"],
+        drain_preview=p["drain_preview"],
     )
     try:
         result = upgrade.run(p["phase"], p["reason"])

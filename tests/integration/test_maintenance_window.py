@@ -342,6 +342,23 @@ def test_host_mapped_to_another_node_is_refused_before_any_change(kubeconfig, co
     assert chat[1] == "upgraded: none" and chat[2].startswith(f"not upgraded: {N1} (preflight: host {N1} is not"), chat
 
 
+def test_skip_label_leaves_the_node_alone_before_any_host_check(kubeconfig, core_v1, report_dir):
+    """A node labelled skip is left alone even when its host would be refused (here: a target that is
+    not in its apt sources): the window goes on without it."""
+    skip = "nvidia.com/gpu-driver-upgrade.skip"
+    core_v1.patch_node(N1, {"metadata": {"labels": {skip: "true"}}})
+    try:
+        rc, out = playbook("maintenance_window.yml", kubeconfig, report_dir, N1,
+                           "driver_upgrade_target_version=999.1.2")
+        assert rc == 0, out[-4000:]
+        s, hosts = summary(report_dir)
+        assert s["result"] == "ok" and hosts[N1]["status"] == "skipped", hosts[N1]
+        assert f"{skip}=true" in hosts[N1]["reason"], hosts[N1]
+        assert hosts[N1].get("verdict_before") is None, hosts[N1]  # the host was not even read
+    finally:
+        core_v1.patch_node(N1, {"metadata": {"labels": {skip: None}}})
+
+
 def test_check_mode_is_the_plan_and_changes_nothing(kubeconfig, core_v1, coordination_v1, report_dir):
     """`--check` on the playbook: the plan (no Lease, nothing changed), with the apt transaction."""
     before = world(core_v1, coordination_v1, (N1,))
