@@ -25,7 +25,7 @@ sanity: bootstrap
 integration: bootstrap
 	@scripts/test.sh integration
 
-# every fault-injection case on the lab (tests/faults/README.md); CI runs a rotating subset
+# every fault-injection case on the lab (README, "Fault injection"); CI runs a rotating subset
 faults: bootstrap
 	@FAULTS_CASES=$${FAULTS_CASES:-all} scripts/test.sh faults
 
