@@ -382,6 +382,7 @@ def test_plan_through_ansible_runner_comes_back_as_job_artifacts(kubeconfig, cor
 
     before = world(core_v1, coordination_v1, (N1,))
     private = tmp_path / "runner"
+    private.mkdir()
     r = ansible_runner.run(
         private_data_dir=str(private),
         playbook=str(REPO / "playbooks" / "maintenance_window.yml"),
