@@ -308,7 +308,7 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
         """Compare the host with the Node's machine; ``refuse``: a different machine fails the call
         (UpgradeConflict: nothing is marked or undone), else the result only reports it."""
         found = identity.compare(self.host_identity, identity.node_identity(self.node), self.identity_fields)
-        if [m["field"] for m in found["mismatches"]] == ["boot_id"]:
+        if refuse and [m["field"] for m in found["mismatches"]] == ["boot_id"]:
             # Everything else is this machine: a host that booted moments ago, whose kubelet has not
             # reported the new boot id yet. Wait for it (bounded) instead of refusing a resumed node.
             want = identity.normalised("boot_id", self.host_identity.get("boot_id"))
