@@ -398,13 +398,7 @@ def main():
         own_run_only=dict(type="bool", default=False),
         host_identity=dict(
             type="dict",
-            options=dict(
-                host=dict(type="str"),
-                machine_id=dict(type="str"),
-                system_uuid=dict(type="str"),
-                boot_id=dict(type="str"),
-                hostname=dict(type="str"),
-            ),
+            options=dict(host=dict(type="str"), **{field: dict(type="str") for field in IDENTITY_FIELDS}),
         ),
         drain_preview=dict(type="bool", default=True),
         identity_fields=dict(

@@ -306,7 +306,7 @@ def test_missing_target_is_refused_by_preflight_before_any_cordon(kubeconfig, co
     assert "Release the maintenance lease" in out
 
 
-def test_host_mapped_to_another_node_is_refused_before_any_change(kubeconfig, core_v1, report_dir):
+def test_host_mapped_to_another_node_is_refused_before_any_change(kubeconfig, core_v1, coordination_v1, report_dir):
     """An inventory mistake (host lab-node-1 said to be node lab-node-2) is caught by the identity
     check: refused in the preflight naming both machines' values; neither Node nor the host changes."""
     n2 = f"{PREFIX}-node-2"
@@ -318,14 +318,7 @@ def test_host_mapped_to_another_node_is_refused_before_any_change(kubeconfig, co
     other_mid = node(core_v1, n2).status.node_info.machine_id
     assert other_mid and other_mid != host_mid
 
-    def snapshot():
-        out = {}
-        for name in (N1, n2):
-            nd = node(core_v1, name)
-            out[name] = (nd.metadata.labels, nd.metadata.annotations, nd.spec.unschedulable)
-        return out, hx(N1, "dpkg --get-selections; cat /sys/module/nvidia/version").stdout
-
-    before = snapshot()
+    before = world(core_v1, coordination_v1, (N1, n2))
     rc, out = playbook("maintenance_window.yml", kubeconfig, report_dir, N1, f"driver_upgrade_node_name={n2}")
     assert rc != 0, out[-4000:]
     s, hosts = summary(report_dir)
@@ -336,7 +329,7 @@ def test_host_mapped_to_another_node_is_refused_before_any_change(kubeconfig, co
     assert f"hostname: host {N1}, node {n2}" in h["reason"], h["reason"]
     assert h["final_state"].startswith("unchanged"), h
     assert "Prepare the node for the driver upgrade" not in out
-    assert snapshot() == before
+    assert world(core_v1, coordination_v1, (N1, n2)) == before
     chat = (report_dir / "latest-chat.txt").read_text().splitlines()
     assert len(chat) == 3 and chat[0].startswith(f"npuops.fleet window {s['run_id']}: FAILED - failed 1"), chat
     assert chat[1] == "upgraded: none" and chat[2].startswith(f"not upgraded: {N1} (preflight: host {N1} is not"), chat
