@@ -33,6 +33,26 @@ def next_boot_kernel(installed: Iterable[str]) -> Optional[str]:
     return rels[-1] if rels else None
 
 
+def kernel_patch_check(installed: Iterable[str], running: str, release: str) -> dict:
+    """What patching to kernel ``release`` means on a host that has ``installed`` and runs ``running``.
+
+    Returns ``{release, running, needed, installed, boots_next, newer_installed}``: ``needed`` when the
+    host does not run it yet; ``boots_next`` when, once it is installed, it is the kernel the host boots
+    by default (:func:`next_boot_kernel`: the newest installed); ``newer_installed`` the installed
+    releases that sort after it and would boot instead (newest last).
+    """
+    have = set(installed)
+    key = version_sort_key(release)
+    return {
+        "release": release,
+        "running": running,
+        "needed": release != running,
+        "installed": release in have,
+        "boots_next": next_boot_kernel(have | {release}) == release,
+        "newer_installed": sorted((k for k in have if version_sort_key(k) > key), key=version_sort_key),
+    }
+
+
 def parse_modinfo_version(output: str) -> Optional[str]:
     """Version from ``modinfo -F version`` (one line) or full ``modinfo`` output (``version: X``)."""
     for line in (output or "").splitlines():

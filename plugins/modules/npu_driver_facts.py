@@ -38,6 +38,12 @@ options:
     description:
       - Kernel release the host will boot next. Default is the newest installed C(/boot/vmlinuz-*).
     type: str
+  kernel_release:
+    description:
+      - Kernel release the host is to be patched to (a kernel patch in the window, e.g.
+        C(5.15.0-119-generic)). Sets RV(kernel_patch). Does not change RV(boot_kernel): that is the
+        kernel the host boots now.
+    type: str
   module_name:
     description:
       - Kernel module whose version is read. Default is the profile's C(main_module) (C(nvidia),
@@ -173,6 +179,16 @@ installed_kernels:
   description: Releases with C(/boot/vmlinuz-<release>), oldest first.
   returned: always
   type: list
+kernel_patch:
+  description:
+    - What a patch to O(kernel_release) means here; null without O(kernel_release). C(needed) when the host
+      does not run it; C(installed) when its C(/boot/vmlinuz-*) is there already; C(boots_next) when,
+      installed, it is the kernel the host boots by default (the newest installed, as RV(boot_kernel));
+      C(newer_installed) the installed releases that would boot instead.
+  returned: always
+  type: dict
+  sample: {release: 5.15.0-119-generic, running: 5.15.0-107-generic, needed: true, installed: false,
+           boots_next: true, newer_installed: []}
 loaded_version:
   description: Version of the loaded kernel module, null when not loaded.
   returned: always
@@ -737,6 +753,7 @@ def main():
     spec = dict(
         expected_version=dict(type="str"),
         boot_kernel=dict(type="str"),
+        kernel_release=dict(type="str"),
         module_name=dict(type="str"),
         userspace_packages=dict(type="list", elements="str"),
         smi_query_fields=dict(
@@ -907,6 +924,9 @@ def main():
         "boot_kernel_source": "param" if p["boot_kernel"] else "newest_installed",
         "installed_kernels": installed,
         "kernel_reboot_pending": boot_kernel != running,
+        "kernel_patch": (
+            kmod_versions.kernel_patch_check(installed, running, p["kernel_release"]) if p["kernel_release"] else None
+        ),
         "loaded_version": loaded,
         "loaded_source": loaded_source,
         "on_disk_versions": on_disk,

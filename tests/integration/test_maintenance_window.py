@@ -556,6 +556,87 @@ def test_pdb_that_allows_no_disruption_is_refused_before_any_cordon(kubeconfig, 
     assert not node(core_v1, N1).spec.unschedulable
 
 
+N2 = f"{PREFIX}-node-2"
+K45, K52 = "6.8.0-45-generic", "6.8.0-52-generic"  # lab-node-2 boots 6.8.0-45; the repo has 6.8.0-52
+
+
+def selections(name):
+    """{package: selection} from dpkg on host `name`."""
+    return dict(line.split() for line in hx(name, "dpkg --get-selections").stdout.splitlines())
+
+
+def test_kernel_patch_with_holds_in_place(kubeconfig, core_v1, coordination_v1, report_dir, restore):
+    """The kernel patching path: a hardened host (kernel and driver held), driver already at the target,
+    patched to a newer kernel in a window - planned first (nothing changes), then run: the driver module
+    for the new kernel is on disk before the reboot, the host boots it, every hold is still in place."""
+    restore(N2)
+    rc, out = playbook("harden.yml", kubeconfig, report_dir, N2, f"harden_hosts={N2}")
+    assert rc == 0, out[-4000:]
+    held = {p for p, sel in selections(N2).items() if sel == "hold"}
+    assert {f"linux-image-{K45}", f"linux-modules-{K45}", "nvidia-dkms-550-server-open"} <= held, held
+    patch = f"driver_upgrade_kernel_release={K52}"
+
+    before = world(core_v1, coordination_v1, (N2,))
+    rc, out = playbook("maintenance_window.yml", kubeconfig, report_dir, N2, patch, "maintenance_mode=plan")
+    assert rc == 0, out[-6000:]
+    assert world(core_v1, coordination_v1, (N2,)) == before
+    (p,) = json.loads((report_dir / "latest-plan.json").read_text())["hosts"]
+    assert p["status"] == "would-upgrade" and p["reboot"] is True, p
+    assert p["reboot_why"] == f"kernel patch: {K45} -> {K52}", p["reboot_why"]
+    planned = {i["name"]: i["to"] for i in p["transaction"]["install"]}
+    assert {f"linux-image-{K52}", f"linux-modules-{K52}"} <= set(planned), planned
+    assert p["transaction"]["remove"] == [], p["transaction"]
+
+    rc, out = playbook("maintenance_window.yml", kubeconfig, report_dir, N2, patch)
+    assert rc == 0, out[-6000:]
+    s, hosts = summary(report_dir)
+    h = hosts[N2]
+    assert (h["status"], h["final_state"], h["rebooted"]) == ("upgraded", "upgrade-done", True), h
+    assert (h["kernel_before"], h["kernel_after"]) == (K45, K52), h
+    assert h["boot_kernel_module"]["kernel"] == K52 and h["boot_kernel_module"]["version"] == "550.90.07", h
+    assert installed(N2, planned) == planned  # apt did what the plan said
+    # On the host itself: the new kernel runs, the DKMS-built module for it is the target version, and
+    # its file is older than the boot (it was in place before the reboot).
+    assert hx(N2, "uname -r").stdout.strip() == K52
+    ko = f"/lib/modules/{K52}/updates/dkms/nvidia.ko"
+    info = dict(line.split("=", 1) for line in hx(N2, f"cat {ko}").stdout.splitlines() if "=" in line)
+    assert info["version"] == "550.90.07" and info["vermagic"].split()[0] == K52, info
+    built, booted = map(int, hx(N2, f"stat -c %Y {ko} /run/npuops-lab/boot_id").stdout.split())
+    assert built <= booted, (built, booted)
+    assert hx(N2, "cat /sys/module/nvidia/version").stdout.strip() == "550.90.07"
+    # the holds: everything held before still is, and the new kernel's packages are held too
+    now = {p for p, sel in selections(N2).items() if sel == "hold"}
+    assert held | {f"linux-image-{K52}", f"linux-modules-{K52}"} <= now, (held, now)
+    nd = node(core_v1, N2)
+    assert nd.status.node_info.kernel_version == K52
+    assert nd.metadata.labels.get(GPU_STATE) == "upgrade-done" and not nd.spec.unschedulable
+
+    rc, out = playbook("maintenance_window.yml", kubeconfig, report_dir, N2, patch)
+    assert rc == 0, out[-6000:]
+    s, hosts = summary(report_dir)
+    assert hosts[N2]["status"] == "already-at-target", hosts[N2]
+    assert recap_changed(out).get(N2) == 0, out[-3000:]
+
+
+@pytest.mark.parametrize(
+    "release, why",
+    [
+        ("6.8.0-99-generic", "kernel 6.8.0-99-generic is not available in the apt sources"),
+        # older than the running one: the newest installed kernel boots by default, not this one
+        ("5.15.0-119-generic", f"installed kernel(s) {K45} sort after it and would boot instead"),
+    ],
+)
+def test_kernel_patch_that_cannot_boot_is_refused_before_any_change(kubeconfig, core_v1, report_dir, release, why):
+    before = hx(N2, "dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\\n'").stdout
+    rc, out = playbook("maintenance_window.yml", kubeconfig, report_dir, N2, f"driver_upgrade_kernel_release={release}")
+    assert rc != 0, out[-4000:]
+    s, hosts = summary(report_dir)
+    h = hosts[N2]
+    assert h["failed_phase"] == "preflight" and why in h["reason"], h
+    assert not node(core_v1, N2).spec.unschedulable
+    assert hx(N2, "dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\\n'").stdout == before
+
+
 K177, K179 = "5.15.0-177-generic", "5.15.0-179-generic"
 
 
