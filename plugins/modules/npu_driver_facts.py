@@ -41,8 +41,8 @@ options:
   kernel_release:
     description:
       - Kernel release the host is to be patched to (a kernel patch in the window, e.g.
-        C(5.15.0-119-generic)). Sets RV(kernel_patch). Does not change RV(boot_kernel): that is the
-        kernel the host boots now.
+        C(5.15.0-119-generic)). Sets RV(kernel_patch). RV(boot_kernel) stays the kernel the host boots
+        next as installed now.
     type: str
   module_name:
     description:

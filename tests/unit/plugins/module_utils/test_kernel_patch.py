@@ -30,7 +30,8 @@ def test_the_running_kernel_needs_no_patch():
         # numeric, not string, order: 179 is newer than 119 (a string sort says the opposite)
         (JAMMY + ["5.15.0-179-generic"], "5.15.0-119-generic", ["5.15.0-179-generic"]),
         # a HWE kernel installed beside the GA one boots first
-        (JAMMY + ["6.8.0-45-generic", "6.8.0-52-generic"], "5.15.0-119-generic", ["6.8.0-45-generic", "6.8.0-52-generic"]),
+        (JAMMY + ["6.8.0-45-generic", "6.8.0-52-generic"], "5.15.0-119-generic",
+         ["6.8.0-45-generic", "6.8.0-52-generic"]),
     ],
 )
 def test_an_installed_newer_kernel_would_boot_instead(installed, release, newer):
