@@ -5,7 +5,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/build/collections
 export NPUOPS_LAB_DIR ?= /tmp/npuops-lab
 
-.PHONY: bootstrap test unit lint sanity integration faults molecule demo bench lab-up lab-down lab-status build clean
+.PHONY: bootstrap test unit lint sanity integration faults molecule demo bench lab-up lab-down lab-status build ee clean
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -46,6 +46,11 @@ lab-down:
 
 lab-status:
 	@tests/lab/labctl status
+
+# the execution environment image (ee/build.py: local Debian trixie base, pinned requirements, this
+# collection), tagged by the hash of its inputs and reused while they are unchanged
+ee: bootstrap
+	@.venv/bin/python ee/build.py
 
 build: bootstrap
 	@mkdir -p build && ansible-galaxy collection build --force --output-path build .

@@ -68,12 +68,16 @@ def make_certs(pki):
     pki.mkdir(parents=True)
     ca_key, ca_crt = pki / "ca.key", pki / "ca.crt"
     openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", ca_key)
+    # The extensions a cluster CA has (kubeadm's): Python >= 3.13 verifies strictly (VERIFY_X509_STRICT)
+    # and refuses a CA without keyUsage or a leaf without authorityKeyIdentifier.
     openssl("req", "-x509", "-new", "-key", ca_key, "-days", "3650", "-subj", "/CN=npuops-lab-ca",
-            "-out", ca_crt)
+            "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,digitalSignature,keyEncipherment,keyCertSign",
+            "-addext", "subjectKeyIdentifier=hash", "-out", ca_crt)
 
     def leaf(name, subj, ext):
         key, csr, crt, extf = (pki / f"{name}.{s}" for s in ("key", "csr", "crt", "ext"))
-        extf.write_text(ext)
+        extf.write_text("basicConstraints=critical,CA:FALSE\nauthorityKeyIdentifier=keyid,issuer\n" + ext)
         openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", key)
         openssl("req", "-new", "-key", key, "-subj", subj, "-out", csr)
         openssl("x509", "-req", "-in", csr, "-CA", ca_crt, "-CAkey", ca_key, "-CAcreateserial",

@@ -1,0 +1,123 @@
+"""The execution environment (ee/): built here from the repo's files, it runs the maintenance window on
+the lab through ansible-runner - the engine AWX runs job templates with - the way an AWX job does: the
+project's one-line wrapper playbook, the Kubernetes credential injected as K8S_AUTH_KUBECONFIG (a
+ServiceAccount bound to exactly the shipped RBAC), the summary back as the job's artifacts. The same
+window from the virtualenv must end with the same report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_maintenance_window import COLLECTIONS, INVENTORY, N1, REPO, SCHEMA, hx, lab_dir, node, restore_host
+
+pytestmark = pytest.mark.lab
+PODMAN = REPO / "tests" / "lab" / "hosts" / "bin" / "podman"
+WRAPPER = "- name: Maintenance window\n  ansible.builtin.import_playbook: npuops.fleet.maintenance_window\n"
+
+
+@pytest.fixture(scope="module")
+def ee_image():
+    """ee/build.py: the image of this tree (reused when its hash is built already)."""
+    r = subprocess.run([sys.executable, str(REPO / "ee" / "build.py")], capture_output=True, text=True,
+                       timeout=1500, check=False)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    return r.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture
+def kubeconfig(sa_kubeconfig):
+    return sa_kubeconfig(shipped=True)
+
+
+def private_dir(base: Path, kubeconfig: str, report_dir: str) -> Path:
+    """An ansible-runner private data dir as AWX lays it out: project/ with the wrapper, env/ with the
+    credential's environment and the job's extra variables."""
+    (base / "project").mkdir(parents=True)
+    (base / "env").mkdir()
+    (base / "project" / "window.yml").write_text("---\n" + WRAPPER)
+    (base / "env" / "envvars").write_text(json.dumps({
+        "K8S_AUTH_KUBECONFIG": kubeconfig, "NPUOPS_LAB_DIR": str(lab_dir()),
+        "ANSIBLE_NOCOLOR": "1"}))
+    # npuops_fleet_kubeconfig: the lab inventory points it at the admin kubeconfig; an AWX inventory
+    # leaves it unset, so the injected K8S_AUTH_KUBECONFIG is what the modules use.
+    (base / "env" / "extravars").write_text(json.dumps({
+        "maintenance_hosts": N1, "maintenance_report_dir": report_dir, "npuops_fleet_kubeconfig": None}))
+    return base
+
+
+def stats_artifacts(artifacts: Path) -> dict:
+    """artifact_data of the playbook_on_stats event (what AWX keeps as the job's artifacts)."""
+    events = [json.loads(p.read_text()) for p in sorted(artifacts.glob("*/job_events/*.json"))]
+    (stats,) = [e for e in events if e.get("event") == "playbook_on_stats"]
+    return stats["event_data"]["artifact_data"]
+
+
+def essentials(summary: dict) -> dict:
+    """What two runs of the same window must agree on (not run ids, times, boot ids or paths)."""
+    keep = ("host", "node", "vendor", "status", "final_state", "reason", "target_version", "old_version",
+            "new_version", "kernel_before", "kernel_after", "rebooted", "reboot_planned", "reboot_planned_why",
+            "full_drain", "evicted", "waited_for", "devices_before", "devices_after")
+    hosts = [
+        {k: h.get(k) for k in keep}
+        | {"phases": sorted(h.get("phases", {})), "same_machine": (h.get("identity") or {}).get("same")}
+        for h in summary["hosts"]
+    ]
+    top = {k: summary.get(k) for k in ("schema_version", "kind", "result", "batch_size", "batches", "counts")}
+    return top | {"hosts": hosts}
+
+
+def test_window_from_the_execution_environment_matches_the_virtualenv_run(
+    ee_image, kubeconfig, core_v1, tmp_path
+):
+    version = subprocess.run([str(PODMAN), "run", "--rm", ee_image, "sh", "-c",
+                              "python3 --version; ansible --version | head -1; ansible-galaxy collection list"],
+                             capture_output=True, text=True, timeout=120, check=True).stdout
+    assert "Python 3.13" in version and "core 2.21" in version, version
+    for c in ("npuops.fleet", "kubernetes.core", "community.general"):
+        assert c in version, version
+
+    restore_host(core_v1, N1)
+    try:
+        window_from_the_ee_and_the_venv(ee_image, kubeconfig, core_v1, tmp_path)
+    finally:
+        restore_host(core_v1, N1)
+
+
+def window_from_the_ee_and_the_venv(ee_image, kubeconfig, core_v1, tmp_path):
+    import ansible_runner
+    import jsonschema
+
+    ee = private_dir(tmp_path / "ee", kubeconfig, "/runner/reports")
+    mounts = [(ee, "/runner"), (INVENTORY, "/runner/inventory"), (lab_dir(), str(lab_dir())),
+              (Path(kubeconfig), kubeconfig)]
+    cmd = [str(PODMAN), "run", "--rm", "--network", "host"]
+    for src, dst in mounts:
+        cmd += ["-v", "%s:%s%s" % (src, dst, "" if dst == "/runner" else ":ro")]
+    cmd += [ee_image, "ansible-runner", "run", "/runner", "-p", "window.yml"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=1500, check=False)
+    assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-3000:]
+    from_ee = stats_artifacts(ee / "artifacts")["npuops_fleet_summary"]
+    jsonschema.Draft202012Validator(SCHEMA).validate(from_ee)
+    assert from_ee == json.loads((ee / "reports" / "latest.json").read_text())
+    (h,) = from_ee["hosts"]
+    assert (h["status"], h["old_version"], h["new_version"], h["final_state"]) == (
+        "upgraded", "535.183.06", "550.90.07", "upgrade-done"), h
+    assert hx(N1, "nvidia-smi --query-gpu=driver_version --format=csv,noheader").stdout.split()[0] == "550.90.07"
+    assert not node(core_v1, N1).spec.unschedulable
+
+    restore_host(core_v1, N1)
+    venv = private_dir(tmp_path / "venv", kubeconfig, str(tmp_path / "venv" / "reports"))
+    (venv / "inventory").symlink_to(INVENTORY)
+    r = ansible_runner.run(private_data_dir=str(venv), playbook="window.yml", quiet=True, timeout=1500,
+                           envvars=dict(json.loads((venv / "env" / "envvars").read_text()),
+                                        ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS)))
+    assert (r.status, r.rc) == ("successful", 0), r.stdout.read()[-6000:]
+    from_venv = stats_artifacts(venv / "artifacts")["npuops_fleet_summary"]
+    assert essentials(from_ee) == essentials(from_venv)
+    assert os.path.exists(venv / "reports" / "latest-chat.txt") and (ee / "reports" / "latest-chat.txt").exists()
