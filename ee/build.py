@@ -3,14 +3,16 @@
 Usage: python3 ee/build.py  -> prints the image reference (localhost/npuops-fleet-ee:<hash>) on stdout.
 
 1. The collection's tarball (``ansible-galaxy collection build``, galaxy.yml's build_ignore).
-2. A Debian trixie base (python3 3.13, venv, openssh-client, CA certificates) by debootstrap,
-   imported as ``localhost/npuops-ee-base:<hash>`` (cached: rootfs under ~/.cache/npuops-lab).
-3. ``podman build`` of ee/Containerfile on it: the pinned ee/requirements.txt in /opt/ee, the
-   collection under /usr/share/ansible/collections.
+2. A Debian trixie base (python3 3.13, venv, openssh-client, CA certificates, dumb-init) by
+   debootstrap, imported as ``localhost/npuops-ee-base:<hash of its dpkg package list>`` (rootfs
+   cached under ~/.cache/npuops-lab).
+3. ``podman build`` of ee/Containerfile on it: ee/requirements.txt with every dependency pinned by
+   ee/constraints.txt in /opt/ee, the collection under /usr/share/ansible/collections, user runner
+   (uid 1000, group 0) and an entrypoint that gives an arbitrary uid a passwd entry.
 
-The image is tagged by the hash of everything it is made of (the tarball's files, the Containerfile,
-the requirements, the base), so an unchanged tree reuses the image. pip inside the build trusts the
-host's CA bundle (mounted read-only), as pip on the host does.
+The image is tagged by the hash of everything it is made of (the tarball's files, ee/'s files, the
+base), so an unchanged tree reuses the image. pip inside the build trusts the host's CA bundle
+(mounted read-only), as pip on the host does.
 """
 
 from __future__ import annotations
@@ -30,10 +32,11 @@ REPO = HERE.parent
 CACHE = Path(os.environ.get("NPUOPS_LAB_CACHE", os.path.expanduser("~/.cache/npuops-lab")))
 MIRROR = "http://deb.debian.org/debian"
 SUITE = "trixie"
-BASE_PACKAGES = ["python3", "python3-venv", "openssh-client", "ca-certificates"]
+BASE_PACKAGES = ["python3", "python3-venv", "openssh-client", "ca-certificates", "dumb-init"]
 IMAGE = "localhost/npuops-fleet-ee"
 BASE_IMAGE = "localhost/npuops-ee-base"
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+FILES = ("Containerfile", "requirements.txt", "constraints.txt", "entrypoint.sh")
 os.environ.setdefault("CONTAINERS_CONF", str(REPO / "tests" / "lab" / "hosts" / "containers.conf"))
 
 
@@ -68,10 +71,9 @@ def image_exists(ref: str) -> bool:
 
 
 def base_image() -> str:
+    """The trixie base: rootfs cached per spec, image tagged by the rootfs's own package list (a rootfs
+    debootstrapped later, with newer packages, is another image)."""
     key = hashlib.sha256((" ".join([SUITE, MIRROR] + BASE_PACKAGES)).encode()).hexdigest()[:16]
-    ref = "%s:%s" % (BASE_IMAGE, key)
-    if image_exists(ref):
-        return ref
     rootfs = CACHE / ("ee-rootfs-" + key)
     if not (rootfs / ".complete").exists():
         log("debootstrap %s -> %s (cold build, ~1-2 min)" % (SUITE, rootfs))
@@ -79,15 +81,22 @@ def base_image() -> str:
         shutil.rmtree(tmp, ignore_errors=True)
         CACHE.mkdir(parents=True, exist_ok=True)
         run(["debootstrap", "--variant=minbase", "--include=" + ",".join(BASE_PACKAGES), SUITE, str(tmp), MIRROR])
-        for d in ("var/cache/apt/archives", "var/lib/apt/lists"):
-            for p in (tmp / d).glob("*.deb" if "archives" in d else "*_*"):
-                p.unlink()
+        for p in (tmp / "var/cache/apt/archives").glob("*.deb"):
+            p.unlink()
+        for p in (tmp / "var/lib/apt/lists").glob("*_*"):
+            p.unlink()
+        listing = run(["dpkg-query", "--admindir", str(tmp / "var/lib/dpkg"), "-W", "-f",
+                       "${Package}=${Version}\n"]).stdout
+        (tmp / ".dpkg-list").write_text(listing)
         (tmp / ".complete").touch()
         shutil.rmtree(rootfs, ignore_errors=True)
         tmp.rename(rootfs)
+    ref = "%s:%s" % (BASE_IMAGE, hashlib.sha256((rootfs / ".dpkg-list").read_bytes()).hexdigest()[:16])
+    if image_exists(ref):
+        return ref
     log("importing %s" % ref)
-    tar = subprocess.Popen(["tar", "--numeric-owner", "--exclude=./.complete", "-C", str(rootfs), "-c", "."],
-                           stdout=subprocess.PIPE)
+    tar = subprocess.Popen(["tar", "--numeric-owner", "--exclude=./.complete", "--exclude=./.dpkg-list", "-C",
+                            str(rootfs), "-c", "."], stdout=subprocess.PIPE)
     imp = subprocess.run(["podman", "import", "-", ref], stdin=tar.stdout, capture_output=True, text=True,
                          check=False)
     tar.stdout.close()
@@ -103,14 +112,14 @@ def build() -> str:
         tar, tar_hash = collection_tarball(ctx / "dist")
         base = base_image()
         h = hashlib.sha256(tar_hash.encode() + base.encode())
-        for f in ("Containerfile", "requirements.txt"):
+        for f in FILES:
             h.update((HERE / f).read_bytes())
         ref = "%s:%s" % (IMAGE, h.hexdigest()[:16])
         if image_exists(ref):
             log("reusing %s" % ref)
             return ref
-        shutil.copy(HERE / "Containerfile", ctx / "Containerfile")
-        shutil.copy(HERE / "requirements.txt", ctx / "requirements.txt")
+        for f in FILES:
+            shutil.copy(HERE / f, ctx / f)
         shutil.copy(tar, ctx / "npuops-fleet.tar.gz")
         t0 = time.time()
         log("building %s on %s" % (ref, base))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -35,15 +36,14 @@ def kubeconfig(sa_kubeconfig):
     return sa_kubeconfig(shipped=True)
 
 
-def private_dir(base: Path, kubeconfig: str, report_dir: str) -> Path:
+def private_dir(base: Path, kubeconfig: str, report_dir: str, lab: str) -> Path:
     """An ansible-runner private data dir as AWX lays it out: project/ with the wrapper, env/ with the
     credential's environment and the job's extra variables."""
     (base / "project").mkdir(parents=True)
     (base / "env").mkdir()
     (base / "project" / "window.yml").write_text("---\n" + WRAPPER)
     (base / "env" / "envvars").write_text(json.dumps({
-        "K8S_AUTH_KUBECONFIG": kubeconfig, "NPUOPS_LAB_DIR": str(lab_dir()),
-        "ANSIBLE_NOCOLOR": "1"}))
+        "K8S_AUTH_KUBECONFIG": kubeconfig, "NPUOPS_LAB_DIR": lab, "ANSIBLE_NOCOLOR": "1"}))
     # npuops_fleet_kubeconfig: the lab inventory points it at the admin kubeconfig; an AWX inventory
     # leaves it unset, so the injected K8S_AUTH_KUBECONFIG is what the modules use.
     (base / "env" / "extravars").write_text(json.dumps({
@@ -82,6 +82,14 @@ def test_window_from_the_execution_environment_matches_the_virtualenv_run(
     for c in ("npuops.fleet", "kubernetes.core", "community.general"):
         assert c in version, version
 
+    # AWX runs the image as uid 1000, OpenShift as an arbitrary uid in group 0: both get a user (ssh
+    # needs one) and a writable HOME
+    for user in ("1000", "1000680000:0"):
+        who = subprocess.run([str(PODMAN), "run", "--rm", "--user", user, ee_image, "sh", "-c",
+                              "whoami && touch $HOME/.probe && ansible-runner --version"],
+                             capture_output=True, text=True, timeout=120, check=False)
+        assert who.returncode == 0 and who.stdout.split()[0] == "runner", (user, who.stdout, who.stderr)
+
     restore_host(core_v1, N1)
     try:
         window_from_the_ee_and_the_venv(ee_image, kubeconfig, core_v1, tmp_path)
@@ -93,13 +101,17 @@ def window_from_the_ee_and_the_venv(ee_image, kubeconfig, core_v1, tmp_path):
     import ansible_runner
     import jsonschema
 
-    ee = private_dir(tmp_path / "ee", kubeconfig, "/runner/reports")
-    mounts = [(ee, "/runner"), (INVENTORY, "/runner/inventory"), (lab_dir(), str(lab_dir())),
-              (Path(kubeconfig), kubeconfig)]
-    cmd = [str(PODMAN), "run", "--rm", "--network", "host"]
-    for src, dst in mounts:
-        cmd += ["-v", "%s:%s%s" % (src, dst, "" if dst == "/runner" else ":ro")]
-    cmd += [ee_image, "ansible-runner", "run", "/runner", "-p", "window.yml"]
+    # Everything the job needs is in its private data dir, owned by the job's uid, as AWX injects it:
+    # the kubeconfig (the credential's file), the lab's SSH key and port map (the machine credential).
+    ee = private_dir(tmp_path / "ee", "/runner/kubeconfig", "/runner/reports", "/runner/lab")
+    shutil.copy(kubeconfig, ee / "kubeconfig")
+    (ee / "lab" / "ssh").mkdir(parents=True)
+    for f in ("id_ed25519", "ports.json"):
+        shutil.copy(lab_dir() / "ssh" / f, ee / "lab" / "ssh" / f)
+    subprocess.run(["chown", "-R", "1000:0", str(ee)], check=True)
+    cmd = [str(PODMAN), "run", "--rm", "--network", "host", "-v", "%s:/runner" % ee,
+           "-v", "%s:/runner/inventory:ro" % INVENTORY, ee_image,
+           "ansible-runner", "run", "/runner", "-p", "window.yml"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=1500, check=False)
     assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-3000:]
     from_ee = stats_artifacts(ee / "artifacts")["npuops_fleet_summary"]
@@ -112,7 +124,7 @@ def window_from_the_ee_and_the_venv(ee_image, kubeconfig, core_v1, tmp_path):
     assert not node(core_v1, N1).spec.unschedulable
 
     restore_host(core_v1, N1)
-    venv = private_dir(tmp_path / "venv", kubeconfig, str(tmp_path / "venv" / "reports"))
+    venv = private_dir(tmp_path / "venv", kubeconfig, str(tmp_path / "venv" / "reports"), str(lab_dir()))
     (venv / "inventory").symlink_to(INVENTORY)
     r = ansible_runner.run(private_data_dir=str(venv), playbook="window.yml", quiet=True, timeout=1500,
                            envvars=dict(json.loads((venv / "env" / "envvars").read_text()),

@@ -361,11 +361,39 @@ def test_check_mode_is_the_plan_and_changes_nothing(kubeconfig, core_v1, coordin
     plan = json.loads((report_dir / "latest-plan.json").read_text())
     h = plan["hosts"][0]
     assert (plan["batches"], h["host"], h["node"]) == ([[N1]], N1, N1)
+    assert plan["lease"]["free"] is True and plan["would_start"] is True, plan["lease"]
     if h["status"] == "would-upgrade":  # the scenario host at 535.183.06
         assert {i["to"] for i in h["transaction"]["install"]} == {"550.90.07-0ubuntu1"}, h["transaction"]
         assert "nvidia-utils-535-server" in [r["name"] for r in h["transaction"]["remove"]], h["transaction"]
     else:  # an earlier test left it upgraded
         assert h["status"] == "already-at-target" and h["transaction"] is None, h
+
+
+def test_plan_of_a_window_another_run_holds_says_it_would_not_start(kubeconfig, core_v1, coordination_v1, report_dir):
+    """The plan reads the window's Lease (one GET, nothing written): held by another live run, the real
+    window would be refused, so the plan says it would not start and names the holder."""
+    from datetime import datetime, timezone
+
+    name = "npuops-fleet-maintenance-window"
+    now = datetime.now(timezone.utc)
+    coordination_v1.create_namespaced_lease("kube-system", {
+        "metadata": {"name": name},
+        "spec": {"holderIdentity": "ctl-other/run-7", "leaseDurationSeconds": 600, "acquireTime": now,
+                 "renewTime": now}})
+    try:
+        version = coordination_v1.read_namespaced_lease(name, "kube-system").metadata.resource_version
+        rc, out = playbook("maintenance_window.yml", kubeconfig, report_dir, N1, "maintenance_mode=plan")
+        assert rc != 0, out[-4000:]
+        assert "the window would not start" in out and "ctl-other/run-7" in out, out[-4000:]
+        plan = json.loads((report_dir / "latest-plan.json").read_text())
+        assert plan["would_start"] is False and plan["refused"] == [], plan
+        lease = plan["lease"]
+        assert (lease["free"], lease["operation"], lease["held_by"]) == (False, "refuse", "ctl-other/run-7"), lease
+        assert "ctl-other/run-7" in lease["message"] and lease["expires"], lease
+        assert "the Lease: " in (report_dir / "latest-plan.md").read_text()
+        assert coordination_v1.read_namespaced_lease(name, "kube-system").metadata.resource_version == version
+    finally:
+        coordination_v1.delete_namespaced_lease(name, "kube-system")
 
 
 def test_plan_through_ansible_runner_comes_back_as_job_artifacts(kubeconfig, core_v1, coordination_v1, tmp_path):
@@ -584,7 +612,7 @@ def test_kernel_patch_with_holds_in_place(kubeconfig, core_v1, coordination_v1, 
     assert p["status"] == "would-upgrade" and p["reboot"] is True, p
     assert p["reboot_why"] == f"kernel patch: {K45} -> {K52}", p["reboot_why"]
     planned = {i["name"]: i["to"] for i in p["transaction"]["install"]}
-    assert {f"linux-image-{K52}", f"linux-modules-{K52}"} <= set(planned), planned
+    assert {f"linux-image-{K52}", f"linux-modules-{K52}", f"linux-headers-{K52}"} <= set(planned), planned
     assert p["transaction"]["remove"] == [], p["transaction"]
 
     rc, out = playbook("maintenance_window.yml", kubeconfig, report_dir, N2, patch)
@@ -606,7 +634,7 @@ def test_kernel_patch_with_holds_in_place(kubeconfig, core_v1, coordination_v1, 
     assert hx(N2, "cat /sys/module/nvidia/version").stdout.strip() == "550.90.07"
     # the holds: everything held before still is, and the new kernel's packages are held too
     now = {p for p, sel in selections(N2).items() if sel == "hold"}
-    assert held | {f"linux-image-{K52}", f"linux-modules-{K52}"} <= now, (held, now)
+    assert held | {f"linux-image-{K52}", f"linux-modules-{K52}", f"linux-headers-{K52}"} <= now, (held, now)
     nd = node(core_v1, N2)
     assert nd.status.node_info.kernel_version == K52
     assert nd.metadata.labels.get(GPU_STATE) == "upgrade-done" and not nd.spec.unschedulable
@@ -622,6 +650,8 @@ def test_kernel_patch_with_holds_in_place(kubeconfig, core_v1, coordination_v1, 
     "release, why",
     [
         ("6.8.0-99-generic", "kernel 6.8.0-99-generic is not available in the apt sources"),
+        # the DKMS-built driver needs the new kernel's headers: the lab repo has none for this kernel
+        ("6.8.0-60-generic", "no installable version for linux-headers-6.8.0-60-generic"),
         # older than the running one: the newest installed kernel boots by default, not this one
         ("5.15.0-119-generic", f"installed kernel(s) {K45} sort after it and would boot instead"),
     ],

@@ -25,8 +25,12 @@ RBLN = ["2.4.0", "3.0.0"]
 KERNELS = {  # release -> suite whose linux-generic follows it
     "5.15.0-107-generic": "jammy", "5.15.0-119-generic": "jammy",
     "5.15.0-177-generic": "jammy", "5.15.0-179-generic": "jammy",
-    "6.8.0-45-generic": "noble", "6.8.0-52-generic": "noble", "6.8.0-90-generic": "noble",
+    "6.8.0-45-generic": "noble", "6.8.0-52-generic": "noble", "6.8.0-60-generic": "noble",
+    "6.8.0-90-generic": "noble",
 }
+# kernels published without their linux-headers package (a mirror that lacks them): DKMS could not
+# build a module for them, so a kernel patch to one is refused in the preflight
+NO_HEADERS_KERNELS = {"6.8.0-60-generic"}
 # kernels whose post-install does NOT refresh the module index (ships a stale modules.dep.bin):
 # reproduces the kube-proxy/ip_vs incident (cases C7)
 STALE_INDEX_KERNELS = {"5.15.0-179-generic"}
@@ -156,6 +160,12 @@ def kernel_debs(rel):
             {"format": "npuops-lab simulated modules.dep.bin", "release": rel, "modules": index},
             sort_keys=True))
     debs.append(mods)
+
+    if rel not in NO_HEADERS_KERNELS:
+        hdr = Deb("linux-headers-" + rel, v, section="devel",
+                  description="Linux kernel headers for version %s" % rel)
+        hdr.add("/usr/src/linux-headers-%s/Makefile" % rel, "# npuops lab simulated kernel headers %s\n" % rel)
+        debs.append(hdr)
 
     img = Deb("linux-image-" + rel, v, depends="linux-modules-%s (= %s)" % (rel, v),
               section="kernel", description="Signed kernel image generic")
