@@ -83,9 +83,9 @@ def test_window_from_the_execution_environment_matches_the_virtualenv_run(
         assert c in version, version
 
     # AWX runs the image as uid 1000, OpenShift as an arbitrary uid in group 0: both get a user (ssh
-    # needs one) and a writable HOME
+    # needs one) and a writable HOME (--passwd=false: podman adds no passwd entry, the image must)
     for user in ("1000", "1000680000:0"):
-        who = subprocess.run([str(PODMAN), "run", "--rm", "--user", user, ee_image, "sh", "-c",
+        who = subprocess.run([str(PODMAN), "run", "--rm", "--passwd=false", "--user", user, ee_image, "sh", "-c",
                               "whoami && touch $HOME/.probe && ansible-runner --version"],
                              capture_output=True, text=True, timeout=120, check=False)
         assert who.returncode == 0 and who.stdout.split()[0] == "runner", (user, who.stdout, who.stderr)
