@@ -80,9 +80,9 @@ def test_every_comparison_uses_the_one_rule():
         smi_parsers,
         upgrade_validation,
     )
-    from ansible_collections.npuops.fleet.plugins.modules import npu_driver_facts
+    from ansible_collections.npuops.fleet.plugins.module_utils.host import driver_facts
 
-    for mod in (driver_verdict, upgrade_validation, npu_driver_facts):
+    for mod in (driver_verdict, upgrade_validation, driver_facts):
         assert mod.same_driver_version is same_driver_version
     assert not hasattr(smi_parsers, "versions_match") and not hasattr(smi_parsers, "normalize_version")
     # the verdict follows it: 07 == 7 and NVML's major.minor are the same driver

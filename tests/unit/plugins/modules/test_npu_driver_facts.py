@@ -8,6 +8,7 @@ import os
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
+from ansible_collections.npuops.fleet.plugins.module_utils.host import driver_facts as df
 from ansible_collections.npuops.fleet.plugins.modules import npu_driver_facts as mod
 
 FIX = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures")
@@ -67,20 +68,20 @@ class Host:
 
 
 def run_module(monkeypatch, host, args, boot=("vmlinuz-5.15.0-177-generic", "vmlinuz-5.15.0-179-generic")):
-    monkeypatch.setattr(mod.Facts, "run", lambda self, a, check=False: host.run(a, check))
+    monkeypatch.setattr(df.Facts, "run", lambda self, a, check=False: host.run(a, check))
     missing = getattr(host, "missing", ())
-    monkeypatch.setattr(mod.Facts, "bin", lambda self, name: None if name in missing else "/usr/bin/" + name)
-    monkeypatch.setattr(mod, "_read", host.files.get)
-    monkeypatch.setattr(mod, "_read_bytes", host.files.get)
-    monkeypatch.setattr(mod, "_read_log", lambda path: host.files.get(path, ""))
+    monkeypatch.setattr(df.Facts, "bin", lambda self, name: None if name in missing else "/usr/bin/" + name)
+    monkeypatch.setattr(df, "_read", host.files.get)
+    monkeypatch.setattr(df, "_read_bytes", host.files.get)
+    monkeypatch.setattr(df, "_read_log", lambda path: host.files.get(path, ""))
     real_listdir = os.listdir
-    monkeypatch.setattr(mod.os, "listdir", lambda p: list(boot) if p == "/boot" else real_listdir(p))
-    monkeypatch.setattr(mod.os.path, "exists", lambda p: p in host.files)
-    monkeypatch.setattr(mod.os.path, "isdir", lambda p: False)
-    monkeypatch.setattr(mod.glob, "glob", lambda p: [])
-    monkeypatch.setattr(mod.Facts, "sys_modules", lambda self, root="/sys/module": getattr(host, "sys_mods", {}))
-    monkeypatch.setattr(mod.Facts, "fd_links", lambda self, prefix, proc="/proc": getattr(host, "fd", []))
-    monkeypatch.setattr(mod.dpkg_lock, "read_cmdline", lambda pid, proc="/proc": getattr(host, "cmdlines", {}).get(pid))
+    monkeypatch.setattr(df.os, "listdir", lambda p: list(boot) if p == "/boot" else real_listdir(p))
+    monkeypatch.setattr(df.os.path, "exists", lambda p: p in host.files)
+    monkeypatch.setattr(df.os.path, "isdir", lambda p: False)
+    monkeypatch.setattr(df.glob, "glob", lambda p: [])
+    monkeypatch.setattr(df.Facts, "sys_modules", lambda self, root="/sys/module": getattr(host, "sys_mods", {}))
+    monkeypatch.setattr(df.Facts, "fd_links", lambda self, prefix, proc="/proc": getattr(host, "fd", []))
+    monkeypatch.setattr(df.dpkg_lock, "read_cmdline", lambda pid, proc="/proc": getattr(host, "cmdlines", {}).get(pid))
     with patch_module_args(args):
         with pytest.raises(SystemExit):
             mod.main()
@@ -504,7 +505,7 @@ def test_identity_as_the_kubelet_reads_it(monkeypatch, capsys):
         },
         {"5.15.0-177-generic": "580.126.09"},
     )
-    monkeypatch.setattr(mod.socket, "gethostname", lambda: "GPU-17")
+    monkeypatch.setattr(df.socket, "gethostname", lambda: "GPU-17")
     run_module(monkeypatch, host, {"vendor": "nvidia", "boot_id_file": "/run/sim/boot_id"},
                boot=("vmlinuz-5.15.0-177-generic",))
     assert result(capsys)["identity"] == {
@@ -517,7 +518,7 @@ def test_identity_as_the_kubelet_reads_it(monkeypatch, capsys):
 
 def test_identity_unknown_parts_are_null(monkeypatch, capsys):
     host = Host(fixture("nvidia-smi-query-ok.txt"), 0, {"/etc/machine-id": "\n"}, {"5.15.0-177-generic": "580.126.09"})
-    monkeypatch.setattr(mod.socket, "gethostname", lambda: "gpu-17")
+    monkeypatch.setattr(df.socket, "gethostname", lambda: "gpu-17")
     run_module(monkeypatch, host, {"vendor": "nvidia"}, boot=("vmlinuz-5.15.0-177-generic",))
     ident = result(capsys)["identity"]
     assert ident == {"machine_id": None, "system_uuid": None, "boot_id": None, "hostname": "gpu-17"}
