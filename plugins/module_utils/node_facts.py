@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Optional
 
-from ansible_collections.npuops.fleet.plugins.module_utils import k8s_retry
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s.paged_list import list_all
 from ansible_collections.npuops.fleet.plugins.module_utils.os_tags import os_image_matches
 
 # Node Feature Discovery label keys (the same for every vendor).
@@ -131,39 +131,7 @@ def stale_label_warnings(
 def list_nodes_raw(
     api_client: Any, label_selector: str, page_size: int = 500, timeout: Optional[float] = 60
 ) -> tuple[list, int]:
-    """All nodes matching ``label_selector`` with paginated LISTs (limit/continue).
-
-    Returns ``(items, requests)``: raw API dicts (no model deserialisation, which costs seconds on
-    thousands of nodes) and the number of HTTP requests made. A 410 (expired continue token)
-    restarts the listing once from the beginning.
-    """
-    import json
-
+    """All nodes matching ``label_selector``: ``(items, requests)`` from k8s/paged_list.list_all."""
     from kubernetes import client as k8s
 
-    api = k8s.CoreV1Api(api_client)
-    items: list = []
-    requests = 0
-    token = None
-    restarted = False
-    while True:
-        kwargs: dict[str, Any] = {"label_selector": label_selector, "limit": page_size, "_preload_content": False}
-        if token:
-            kwargs["_continue"] = token
-        if timeout:
-            kwargs["_request_timeout"] = timeout
-        try:
-            # the same transient-error retry as every other node read (k8s_retry)
-            resp = k8s_retry.call(api.list_node, **kwargs)
-        except k8s.ApiException as exc:
-            requests += 1
-            if exc.status == 410 and token and not restarted:
-                items, token, restarted = [], None, True
-                continue
-            raise
-        requests += 1
-        data = json.loads(resp.data)
-        items.extend(data.get("items") or [])
-        token = (data.get("metadata") or {}).get("continue")
-        if not token:
-            return items, requests
+    return list_all(k8s.CoreV1Api(api_client).list_node, page_size, timeout, label_selector=label_selector)

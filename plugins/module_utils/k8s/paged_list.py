@@ -1,0 +1,52 @@
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Paginated LISTs (``limit`` / ``continue``) returning the API's JSON dicts.
+
+Raw dicts, not the client's models: deserialising thousands of objects into models costs seconds.
+Every page goes through k8s_retry (the transient-error retry of every other read).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Optional
+
+from ansible_collections.npuops.fleet.plugins.module_utils import k8s_retry
+
+
+def list_all(
+    call: Callable[..., Any], page_size: int = 500, timeout: Optional[float] = 60, **kwargs: Any
+) -> tuple[list, int]:
+    """Every item of ``call`` (a client list method, e.g. ``CoreV1Api.list_pod_for_all_namespaces``)
+    with ``kwargs`` (``label_selector``...), ``page_size`` items per request, ``timeout`` seconds per
+    request (None: the client's default).
+
+    Returns ``(items, requests)``: the items as dicts and the number of HTTP requests made. A 410
+    Gone (the continue token expired between pages) restarts the listing once from the beginning;
+    any other ApiException is raised.
+    """
+    from kubernetes import client as k8s
+
+    items: list = []
+    requests = 0
+    token = None
+    restarted = False
+    while True:
+        kw: dict[str, Any] = dict(kwargs, limit=page_size, _preload_content=False)
+        if token:
+            kw["_continue"] = token
+        if timeout:
+            kw["_request_timeout"] = timeout
+        try:
+            resp = k8s_retry.call(call, **kw)
+        except k8s.ApiException as exc:
+            requests += 1
+            if exc.status == 410 and token and not restarted:
+                items, token, restarted = [], None, True
+                continue
+            raise
+        requests += 1
+        data = json.loads(resp.data)
+        items.extend(data.get("items") or [])
+        token = (data.get("metadata") or {}).get("continue")
+        if not token:
+            return items, requests
