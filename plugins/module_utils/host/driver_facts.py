@@ -533,7 +533,7 @@ class SubprocessRunner:
         env = dict(os.environ, LC_ALL="C")
         try:
             r = subprocess.run(
-                args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, timeout=self.timeout, check=False
+                args, capture_output=True, env=env, timeout=self.timeout, check=False
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             return 127, "", str(exc)
