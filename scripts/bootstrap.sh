@@ -49,3 +49,14 @@ cp scripts/get_pip_offline.py "$HOME/.ansible/test/cache/get_pip_${pipver//./_}.
 # otherwise shadow it): export ANSIBLE_COLLECTIONS_PATH=$PWD/build/collections to use it by hand.
 mkdir -p build/collections/ansible_collections/npuops
 [ -e build/collections/ansible_collections/npuops/fleet ] || ln -s "$PWD" build/collections/ansible_collections/npuops/fleet
+
+# promtool (`promtool check rules` / `test rules` in the lint stage) from Debian's prometheus package,
+# unpacked, not installed: no prometheus daemon on this machine. Cached in build/tools.
+if [ ! -x build/tools/prometheus/usr/bin/promtool ]; then
+  echo "bootstrap: promtool from the Debian prometheus package"
+  mkdir -p build/tools/cache
+  (cd build/tools/cache && rm -f prometheus_*.deb && apt-get download -q prometheus 2>/dev/null >/dev/null)
+  rm -rf build/tools/prometheus
+  dpkg-deb -x build/tools/cache/prometheus_*.deb build/tools/prometheus
+fi
+ln -sf "$PWD/build/tools/prometheus/usr/bin/promtool" .venv/bin/promtool

@@ -18,6 +18,9 @@ stage_lint() {
   echo "== ruff"; ruff check plugins tests scripts
   echo "== ansible-lint (profile production)"; ansible-lint -q --profile production
   echo "== antsibull-changelog lint"; antsibull-changelog lint
+  echo "== promtool check rules / test rules (deploy/monitoring)"
+  promtool check rules deploy/monitoring/*.rules.yml
+  promtool test rules deploy/monitoring/tests/*.test.yml
 }
 
 stage_sanity() {

@@ -59,7 +59,9 @@ PREFIX = "npuops-"
 IMAGE = "localhost/npuops-lab-host"
 MIRROR = "http://deb.debian.org/debian"
 BASE_PACKAGES = ["systemd", "systemd-sysv", "dbus", "python3", "apt", "apt-utils",
-                 "unattended-upgrades", "kmod", "psmisc", "procps", "openssh-server"]
+                 "unattended-upgrades", "kmod", "psmisc", "procps", "openssh-server",
+                 # the real exporter: its textfile collector reads /var/lib/prometheus/node-exporter
+                 "prometheus-node-exporter"]
 KMOD_TOOLS = ["/sbin/modprobe", "/sbin/rmmod", "/sbin/insmod", "/sbin/lsmod", "/sbin/depmod",
               "/sbin/modinfo", "/bin/lsmod"]
 OS = {  # VERSION_ID -> (codename, VERSION, PRETTY_NAME default)
