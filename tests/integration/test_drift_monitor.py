@@ -96,7 +96,7 @@ LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 def norm(series):
     """``name{labels}`` with the labels sorted by name, as node_exporter writes them."""
-    name, _, rest = series.partition("{")
+    name, _brace, rest = series.partition("{")
     if not rest:
         return name
     return name + "{" + ",".join('%s="%s"' % kv for kv in sorted(LABEL.findall(rest))) + "}"
@@ -117,7 +117,7 @@ def scrape(container):
     res = Scrape()
     for line in hx(container, SCRAPE).stdout.splitlines():
         if line and not line.startswith("#"):
-            series, _, value = line.rpartition(" ")
+            series, _space, value = line.rpartition(" ")
             res[norm(series)] = value
     return res
 
@@ -186,10 +186,10 @@ def test_idempotent_and_check_mode_changes_nothing(scratch, tmp_path):
     name, c = scratch(kernel=K_OLD, driver=V_OLD)
     args = ("-e", f"driver_drift_monitor_interval={INTERVAL}")
     absent = "test ! -e /usr/local/lib/npuops-drift && test ! -e /etc/systemd/system/npu-driver-drift.timer"
-    changed, _ = playbook(name, tmp_path, "--check", *args)
+    changed, _out = playbook(name, tmp_path, "--check", *args)
     assert changed > 0
     hx(c, absent + " && test ! -e /var/lib/prometheus/node-exporter/npu_driver_drift.prom")
-    changed, _ = playbook(name, tmp_path, *args)
+    changed, _out = playbook(name, tmp_path, *args)
     assert changed > 0
     assert hx(c, "systemctl is-enabled npu-driver-drift.timer").stdout.strip() == "enabled"
     wait_metrics(c, {"npu_driver_drift_check_success": "1"}, INTERVAL + MARGIN)
@@ -198,9 +198,9 @@ def test_idempotent_and_check_mode_changes_nothing(scratch, tmp_path):
     changed, out = playbook(name, tmp_path, "--check", *args)
     assert changed == 0, out[-4000:]
     # a changed interval is a change in check mode, and check mode leaves the timer as it was
-    changed, _ = playbook(name, tmp_path, "--check", "-e", "driver_drift_monitor_interval=60")
+    changed, _out = playbook(name, tmp_path, "--check", "-e", "driver_drift_monitor_interval=60")
     assert changed > 0
     assert f"OnUnitActiveSec={INTERVAL}s" in hx(c, "cat /etc/systemd/system/npu-driver-drift.timer").stdout
-    changed, _ = playbook(name, tmp_path, "-e", "driver_drift_monitor_state=absent")
+    changed, _out = playbook(name, tmp_path, "-e", "driver_drift_monitor_state=absent")
     assert changed > 0
     hx(c, absent + " && test ! -e /var/lib/prometheus/node-exporter/npu_driver_drift.prom")

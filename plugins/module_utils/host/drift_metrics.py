@@ -35,6 +35,7 @@ Metric names (prefix ``npu_driver_``)::
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Iterable, Mapping, Optional
 
@@ -68,7 +69,7 @@ def format_value(value: Any) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
-        if value != value:
+        if math.isnan(value):
             return "NaN"
         if value.is_integer() and abs(value) < 1e15:
             return str(int(value))

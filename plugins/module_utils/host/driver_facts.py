@@ -21,7 +21,6 @@ import glob
 import os
 import re
 import socket
-import subprocess
 from typing import Any, Mapping, Optional
 
 from ansible_collections.npuops.fleet.plugins.module_utils import apt_state, kmod_versions, smi_parsers
@@ -518,34 +517,6 @@ def gather(runner: Runner, profile: Mapping[str, Any], params: Mapping[str, Any]
         "profile": profile,
     }
     return facts
-
-
-class SubprocessRunner:
-    """:data:`Runner` for plain python3 on the host: subprocess with ``LC_ALL=C``, ``PATH`` lookup plus
-    the sbin directories (modinfo, modprobe, depmod live there and a timer's PATH may lack them)."""
-
-    SBIN = ("/usr/local/sbin", "/usr/sbin", "/sbin")
-
-    def __init__(self, timeout: float = 60.0):
-        self.timeout = timeout
-
-    def run(self, args: list[str]) -> tuple[int, str, str]:
-        env = dict(os.environ, LC_ALL="C")
-        try:
-            r = subprocess.run(
-                args, capture_output=True, env=env, timeout=self.timeout, check=False
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return 127, "", str(exc)
-        return r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
-
-    def bin(self, name: str) -> Optional[str]:
-        dirs = os.environ.get("PATH", "/usr/bin:/bin").split(os.pathsep) + list(self.SBIN)
-        for d in dirs:
-            path = os.path.join(d, name)
-            if os.path.isfile(path) and os.access(path, os.X_OK):
-                return path
-        return None
 
 
 def ipvs_modules_loadable(runner: Runner, kernel: str, modules: list[str]) -> dict[str, bool]:

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
+from typing import Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
@@ -30,6 +32,34 @@ from ansible_collections.npuops.fleet.plugins.module_utils.host import drift_met
 from ansible_collections.npuops.fleet.plugins.module_utils.vendor_profiles import resolve_profile  # noqa: E402
 
 DEFAULT_CONFIG = os.path.join(HERE, "config.json")
+
+
+class SubprocessRunner:
+    """driver_facts runner for plain python3 on the host: subprocess with ``LC_ALL=C``, ``PATH`` lookup plus
+    the sbin directories (modinfo, modprobe, depmod live there and a timer's PATH may lack them)."""
+
+    SBIN = ("/usr/local/sbin", "/usr/sbin", "/sbin")
+
+    def __init__(self, timeout: float = 60.0):
+        self.timeout = timeout
+
+    def run(self, args: list[str]) -> tuple[int, str, str]:
+        env = dict(os.environ, LC_ALL="C")
+        try:
+            r = subprocess.run(
+                args, capture_output=True, env=env, timeout=self.timeout, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return 127, "", str(exc)
+        return r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
+
+    def bin(self, name: str) -> Optional[str]:
+        dirs = os.environ.get("PATH", "/usr/bin:/bin").split(os.pathsep) + list(self.SBIN)
+        for d in dirs:
+            path = os.path.join(d, name)
+            if os.path.isfile(path) and os.access(path, os.X_OK):
+                return path
+        return None
 
 
 def write_atomic(path: str, text: str) -> None:
@@ -70,7 +100,7 @@ def ipvs_required(mode: str):
 
 def check(config: dict, runner=None, now=time.time) -> tuple[str, bool]:
     """One check: ``(exposition text, success)``. Never raises for a failed gathering."""
-    runner = runner or driver_facts.SubprocessRunner()
+    runner = runner or SubprocessRunner()
     t0 = now()
     stamp = {"last_run": t0, "interval": config.get("interval_seconds")}
     try:

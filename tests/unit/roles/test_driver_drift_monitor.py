@@ -121,7 +121,10 @@ def test_interrupted_write_leaves_the_previous_file_whole(script, config, tmp_pa
     previous = "npu_driver_drift_check_success 1\n"
     Path(config["output"]).write_text(previous)
     if where == "replace":
-        monkeypatch.setattr(script.os, "replace", lambda a, b: (_ for _ in ()).throw(OSError(28, "No space left")))
+        def replace(src, dst):
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(script.os, "replace", replace)
     else:
         real_fdopen = os.fdopen
 
@@ -185,3 +188,12 @@ def test_the_role_ships_the_scripts_whole_import_closure():
     # pure: nothing of Ansible on the host
     for rel in shipped:
         assert "ansible.module_utils" not in (MU / rel).read_text(), rel
+
+
+def test_subprocess_runner_c_locale_and_missing_commands(script):
+    runner = script.SubprocessRunner()
+    sh = runner.bin("sh")
+    assert sh and runner.bin("no-such-command-npuops") is None
+    assert runner.run([sh, "-c", "echo $LC_ALL; echo err >&2; exit 3"]) == (3, "C\n", "err\n")
+    rc, out, err = runner.run(["/nonexistent/modinfo"])
+    assert rc == 127 and out == "" and err
