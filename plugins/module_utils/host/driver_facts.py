@@ -21,7 +21,7 @@ import glob
 import os
 import re
 import socket
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Protocol
 
 from ansible_collections.npuops.fleet.plugins.module_utils import apt_state, kmod_versions, smi_parsers
 from ansible_collections.npuops.fleet.plugins.module_utils.driver_verdict import driver_verdict
@@ -38,16 +38,14 @@ from ansible_collections.npuops.fleet.plugins.module_utils.host import (
     secure_boot,
 )
 
-try:  # typing.Protocol only for the annotation; the host's python3 may be older than the control node's
-    from typing import Protocol
 
-    class Runner(Protocol):
-        def run(self, args: list[str]) -> tuple[int, str, str]: ...
+class Runner(Protocol):
+    """What :func:`gather` runs commands through (see the module docstring)."""
 
-        def bin(self, name: str) -> Optional[str]: ...
+    def run(self, args: list[str]) -> tuple[int, str, str]: ...
 
-except ImportError:  # pragma: no cover
-    Runner = Any  # type: ignore[misc,assignment]
+    def bin(self, name: str) -> Optional[str]: ...
+
 
 # gather()'s params and their defaults (the module's argspec defaults; the drift check passes only some)
 DEFAULT_PARAMS: dict[str, Any] = {
