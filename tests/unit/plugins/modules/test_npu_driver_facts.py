@@ -522,3 +522,21 @@ def test_identity_unknown_parts_are_null(monkeypatch, capsys):
     run_module(monkeypatch, host, {"vendor": "nvidia"}, boot=("vmlinuz-5.15.0-177-generic",))
     ident = result(capsys)["identity"]
     assert ident == {"machine_id": None, "system_uuid": None, "boot_id": None, "hostname": "gpu-17"}
+
+
+def test_module_runner_runs_in_the_c_locale():
+    """The module's runner for driver_facts.gather: run_command with LC_ALL=C, never check_rc."""
+    calls = []
+
+    class Module:
+        def run_command(self, args, **kw):
+            calls.append((args, kw))
+            return 1, None, "boom"
+
+        def get_bin_path(self, name):
+            return "/usr/sbin/" + name
+
+    runner = mod.ModuleRunner(Module())
+    assert runner.run(["modinfo", "-k", "x"]) == (1, "", "boom")
+    assert calls == [(["modinfo", "-k", "x"], {"environ_update": {"LC_ALL": "C"}})]
+    assert runner.bin("modinfo") == "/usr/sbin/modinfo"
