@@ -25,7 +25,7 @@ description:
   - Only the label constraints are evaluated - taints, resources, preferred affinity and pod
     (anti-)affinity are other scheduler filters and are not.
   - Nodes, pods, Deployments, ReplicaSets, StatefulSets and Jobs are read with paginated LISTs
-    (O(page_size) items per request). Never changes anything (RV(changed) is always false).
+    (O(page_size) items per request). Never changes anything (C(changed) is always false).
   - Used by the maintenance window before any cordon (C(maintenance_workload_compat)).
 author:
   - npuops maintainers (@npuops)
