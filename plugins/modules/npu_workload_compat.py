@@ -16,15 +16,21 @@ description:
     after, as kube-scheduler's NodeAffinity filter does - C(nodeSelector) and required node affinity
     (terms ORed, expressions ANDed; C(In), C(NotIn), C(Exists), C(DoesNotExist), C(Gt), C(Lt) with
     base-10 integers; C(matchFields) on C(metadata.name)).
-  - Workloads are Deployments, StatefulSets and Jobs (judged by their pod template and desired pods),
-    bare pods, and pods of other controllers (judged by their pods). DaemonSets are left out (their
-    controller places one pod per node and follows the labels).
+  - GFD's CUDA labels (C(nvidia.com/cuda.runtime-version.*), C(cuda.runtime.*)) move with the
+    driver branch and are predicted from a branch -> CUDA table; for a branch the table does not
+    know, a workload reading them gets the verdict C(unpredictable).
+  - Workloads are Deployments, StatefulSets, Jobs and CronJobs (judged by their pod template and
+    desired pods), bare pods, and pods of other controllers such as a PyTorchJob (judged by every
+    distinct constraint among their pods). DaemonSets are left out (their controller places one pod
+    per node and follows the labels). Terminal and terminating pods are left out.
+  - A node is eligible when its labels admit the workload and it takes new pods (not cordoned,
+    Ready). The planned nodes count as schedulable after the change, as the window uncordons them.
   - Per workload the report gives the eligible nodes now and after, the planned nodes it loses and
     gains, the replicas that would become unschedulable, and the running pods whose planned node
     would no longer admit them (the window's drain evicts them and they cannot come back there).
   - Only the label constraints are evaluated - taints, resources, preferred affinity and pod
     (anti-)affinity are other scheduler filters and are not.
-  - Nodes, pods, Deployments, ReplicaSets, StatefulSets and Jobs are read with paginated LISTs
+  - Nodes, pods, Deployments, ReplicaSets, StatefulSets, Jobs and CronJobs are read with paginated LISTs
     (O(page_size) items per request). Never changes anything (C(changed) is always false).
   - Used by the maintenance window before any cordon (C(maintenance_workload_compat)).
 author:
@@ -66,7 +72,9 @@ options:
     elements: str
   fail_on_stranded:
     description:
-      - Fail when a workload with desired pods has eligible nodes now and none after (verdict C(stranded)).
+      - Fail when a workload with desired pods has eligible nodes now and none after (verdict
+        C(stranded)) or reads a label the change makes unknowable (verdict C(unpredictable)). Bare pods
+        never count - nothing recreates them, and the drain removes them either way.
     type: bool
     default: false
   page_size:
@@ -97,8 +105,9 @@ RETURN = r"""
 workloads:
   description:
     - Every workload whose label constraints give another answer after the change (verdict other than
-      C(unaffected)), stranded ones first. C(verdict) is one of C(stranded) (eligible nodes now, none
-      after), C(loses-nodes), C(gains-nodes), C(moves-nodes) (loses some, gains others),
+      C(unaffected)), most severe first. C(verdict) is one of C(stranded) (eligible nodes now, none
+      after), C(unpredictable) (reads a label whose value after the change cannot be known),
+      C(loses-nodes), C(moves-nodes) (loses some, gains others), C(gains-nodes),
       C(unschedulable-already) (no node now either). Node and pod lists show at most 20 names; the
       counts are complete.
   returned: always
@@ -110,10 +119,23 @@ workloads:
        nodes_lost: {count: 3, names: [gpu-0, gpu-1, gpu-2]}, nodes_gained: {count: 0, names: []},
        pods_on_unfit_nodes: {count: 2, pods: [{pod: cuda12-job-x7, node: gpu-0}]}}
 stranded:
-  description: C(Kind namespace/name) of each workload with desired pods that would have no node left.
+  description:
+    - C(Kind namespace/name) of each workload with desired pods that would have no node left (bare
+      pods left out).
   returned: always
   type: list
   elements: str
+unpredictable:
+  description:
+    - C(Kind namespace/name) of each workload with desired pods whose constraints read a label the
+      change makes unknowable.
+  returned: always
+  type: list
+  elements: str
+refusal:
+  description: Why a window must not start (stranded or unpredictable workloads, named), or null.
+  returned: always
+  type: str
 lines:
   description: One line per reported workload, for a log or a chat message.
   returned: always
@@ -158,6 +180,7 @@ from ansible_collections.npuops.fleet.plugins.module_utils.fleet.workload_compat
     ChangeError,
     collect_workloads,
     evaluate,
+    refusal,
     summary_lines,
 )
 from ansible_collections.npuops.fleet.plugins.module_utils.k8s.paged_list import list_all
@@ -239,6 +262,7 @@ class WorkloadCompat:
             "replicasets": (apps.list_replica_set_for_all_namespaces, apps.list_namespaced_replica_set),
             "statefulsets": (apps.list_stateful_set_for_all_namespaces, apps.list_namespaced_stateful_set),
             "jobs": (batch.list_job_for_all_namespaces, batch.list_namespaced_job),
+            "cronjobs": (batch.list_cron_job_for_all_namespaces, batch.list_namespaced_cron_job),
         }
         every, per_ns = calls[what]
         namespaces = self.params["namespaces"]
@@ -272,17 +296,18 @@ class WorkloadCompat:
             self.module.fail_json(msg=str(exc))
         t0 = time.monotonic()
         got, requests = {}, 0
-        for what in ("nodes", "pods", "deployments", "replicasets", "statefulsets", "jobs"):
+        for what in ("nodes", "pods", "deployments", "replicasets", "statefulsets", "jobs", "cronjobs"):
             got[what], n = self.list_all(api_client, what, kube_auth)
             requests += n
         workloads = collect_workloads(
-            got["pods"], got["deployments"], got["statefulsets"], got["jobs"], got["replicasets"]
+            got["pods"], got["deployments"], got["statefulsets"], got["jobs"], got["replicasets"], got["cronjobs"]
         )
         try:
             report = evaluate(got["nodes"], changes, workloads, profiles)
         except ChangeError as exc:
             self.module.fail_json(msg=str(exc), kube_auth=kube_auth)
         lines = summary_lines(report)
+        report["refusal"] = refusal(report)
         result = dict(
             changed=False,
             lines=lines,
@@ -291,12 +316,8 @@ class WorkloadCompat:
             kube_auth=kube_auth,
             **report,
         )
-        if p["fail_on_stranded"] and report["stranded"]:
-            self.module.fail_json(
-                msg="%d workload(s) would have no node left after the change: %s"
-                % (len(report["stranded"]), "; ".join(line for line in lines if ": stranded," in line)),
-                **result,
-            )
+        if p["fail_on_stranded"] and result["refusal"]:
+            self.module.fail_json(msg=result["refusal"], **result)
         result["msg"] = "%d workload(s) evaluated on %d node(s), %d planned: %s" % (
             sum(report["counts"].values()),
             report["nodes"],

@@ -150,6 +150,7 @@ def sa_kubeconfig(api_client, core_v1, rbac_v1, tmp_path):
 
     sa_kubeconfig(shipped=True)                                      # exactly deploy/rbac/*.yaml
     sa_kubeconfig(shipped=True, window_leases=["x"])                 # ... with Lease x for the window's
+    sa_kubeconfig(shipped=True, without_api_groups=["apps"])         # ... an older ClusterRole, without apps
     sa_kubeconfig(cluster_role="npuops-fleet")                       # bind an existing role
     sa_kubeconfig(rules=[{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}])
     Creates SA in `namespace` (default gpu-drv), a ClusterRoleBinding (and the ClusterRole when
@@ -169,7 +170,8 @@ def sa_kubeconfig(api_client, core_v1, rbac_v1, tmp_path):
         )
         made.append(("crb", name))
 
-    def make(cluster_role=None, rules=None, namespace=NAMESPACE, shipped=False, window_leases=None):
+    def make(cluster_role=None, rules=None, namespace=NAMESPACE, shipped=False, window_leases=None,
+             without_api_groups=()):
         sfx = uuid.uuid4().hex[:6]
         sa = f"lab-sa-{sfx}"
         core_v1.create_namespaced_service_account(namespace, {"metadata": {"name": sa}})
@@ -178,7 +180,8 @@ def sa_kubeconfig(api_client, core_v1, rbac_v1, tmp_path):
             for i, doc in enumerate(shipped_rbac()):
                 name = f"lab-{sfx}-{i}-{doc['metadata']['name']}"
                 if doc["kind"] == "ClusterRole":
-                    rbac_v1.create_cluster_role({"metadata": {"name": name}, "rules": doc["rules"]})
+                    kept = [r for r in doc["rules"] if not set(r.get("apiGroups") or []) & set(without_api_groups)]
+                    rbac_v1.create_cluster_role({"metadata": {"name": name}, "rules": kept})
                     made.append(("role", name))
                     bind_cluster_role(sa, namespace, name, name)
                     continue

@@ -20,7 +20,8 @@ import uuid
 
 import pytest
 from ansible_tasks import run_tasks
-from labhelpers import create_kwok_nodes, delete_nodes, driver_labels, gone, wait
+from kubernetes.client import ApiException
+from labhelpers import WINDOW_LEASE, create_kwok_nodes, delete_nodes, driver_labels, gone, wait
 from test_maintenance_window import GPU_STATE, N1, node_driver, playbook, recap_changed, summary
 
 pytestmark = pytest.mark.lab
@@ -249,3 +250,24 @@ def test_window_refuses_before_any_cordon_when_a_workload_would_have_no_node(
     assert (after.metadata.labels or {}).get(GPU_STATE) == (before.metadata.labels or {}).get(GPU_STATE)
     assert node_driver(after) == node_driver(before)
     assert "pinned-inference" in (report_dir / "latest.md").read_text()
+
+
+def test_window_whose_workload_check_cannot_run_refuses_and_still_writes_its_summary(
+    sa_kubeconfig, core_v1, coordination_v1, tmp_path
+):
+    """A ClusterRole from before the workload check (no apps / batch list): the check answers 403, the
+    window refuses before any cordon, writes its summary and releases its Lease."""
+    report_dir = tmp_path / "reports"
+    report_dir.mkdir()
+    kubeconfig = sa_kubeconfig(shipped=True, without_api_groups=["apps", "batch"])
+    rc, out = playbook("maintenance_window.yml", kubeconfig, report_dir, N1)
+    assert rc != 0, out[-3000:]
+    s, hosts = summary(report_dir)
+    wc = s["workload_compat"]
+    assert wc["error"] and "403" in wc["error"] and "deployments" in wc["error"], wc
+    assert "the workload check could not run" in hosts[N1]["reason"] and hosts[N1]["status"] == "not-started"
+    assert not core_v1.read_node(N1).spec.unschedulable
+    assert "Release the maintenance lease" in out
+    with pytest.raises(ApiException) as gone_lease:  # released: deleted
+        coordination_v1.read_namespaced_lease(WINDOW_LEASE, "kube-system")
+    assert gone_lease.value.status == 404

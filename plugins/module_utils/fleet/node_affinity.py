@@ -35,7 +35,7 @@ import re
 from typing import Any, Iterable, Mapping, Optional
 
 OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
-_INT64 = re.compile(r"^[+-]?[0-9]+$")
+_INT64 = re.compile(r"^[+-]?[0-9]+\Z")
 _INT64_MAX = 2**63 - 1
 
 

@@ -26,8 +26,34 @@ from ansible_collections.npuops.fleet.plugins.module_utils.node_facts import FAC
 _NFD = "feature.node.kubernetes.io/"
 KERNEL_PART_LABELS = {p: _NFD + "kernel-version." + p for p in ("major", "minor", "revision")}
 OS_VERSION_PART_LABELS = {p: FACT_LABELS["os_version_id"] + "." + p for p in ("major", "minor")}
-VERDICTS = ("stranded", "loses-nodes", "gains-nodes", "moves-nodes", "unschedulable-already", "unaffected")
+# severity order: the first ones stop a window in refuse mode
+VERDICTS = (
+    "stranded",
+    "unpredictable",
+    "loses-nodes",
+    "moves-nodes",
+    "gains-nodes",
+    "unschedulable-already",
+    "unaffected",
+)
 _TERMINAL = ("Succeeded", "Failed")
+# GFD's CUDA labels: the CUDA version the driver supports (cudaDriverGetVersion), which moves with the
+# driver branch. Branch -> CUDA major.minor from NVIDIA's CUDA Toolkit release notes (table "CUDA
+# Toolkit and Corresponding Driver Versions"); a branch not listed makes these labels unpredictable.
+CUDA_RUNTIME_LABELS = {
+    "nvidia.com/cuda.runtime.major": "major",
+    "nvidia.com/cuda.runtime.minor": "minor",
+    "nvidia.com/cuda.runtime-version.major": "major",
+    "nvidia.com/cuda.runtime-version.minor": "minor",
+    "nvidia.com/cuda.runtime-version.full": "full",
+}
+CUDA_BY_BRANCH = {
+    "450": "11.0", "455": "11.1", "460": "11.2", "465": "11.3", "470": "11.4", "495": "11.5",
+    "510": "11.6", "515": "11.7", "520": "11.8", "525": "12.0", "530": "12.1", "535": "12.2",
+    "545": "12.3", "550": "12.4", "555": "12.5", "560": "12.6", "565": "12.7", "570": "12.8",
+    "575": "12.9", "580": "13.0",
+}  # fmt: skip
+_JOB_DONE = ("Complete", "Failed", "FailureTarget", "SuccessCriteriaMet")
 NAMES_SHOWN = 20  # node and pod names listed per workload; the counts are always complete
 
 
@@ -50,16 +76,23 @@ def _set_version(labels: dict, keys: Mapping[str, str], version: str, only_prese
             else:
                 labels.pop(key, None)
         elif part in ("rev", "revision", "patch"):
-            # GFD publishes no .rev for a two-part version (470.57)
-            if len(parts) > 2:
-                labels[key] = ".".join(parts[2:])
-            else:
-                labels.pop(key, None)
+            # GFD publishes an empty .rev for a two-part version (470.57)
+            labels[key] = ".".join(parts[2:])
+
+
+def unpredictable_keys(labels: Mapping[str, str], change: Mapping[str, Any]) -> set[str]:
+    """Label keys of the node whose value after ``change`` cannot be known: GFD's CUDA labels for a
+    driver branch that CUDA_BY_BRANCH does not list."""
+    version = change.get("driver_version")
+    if not version or str(version).split(".")[0] in CUDA_BY_BRANCH:
+        return set()
+    return {k for k in CUDA_RUNTIME_LABELS if k in labels}
 
 
 def labels_after(labels: Mapping[str, str], change: Mapping[str, Any], profile: Mapping[str, Any]) -> dict[str, str]:
     """The node's labels once ``change`` (``driver_version``, optional ``kernel_release``, ``os_id``,
-    ``os_version_id``) is done and feature discovery has relabelled it. Raises ChangeError."""
+    ``os_version_id``) is done and feature discovery has relabelled it: the driver-version labels
+    and GFD's CUDA labels (CUDA_BY_BRANCH), NFD's kernel and OS labels. Raises ChangeError."""
     node = change.get("node") or "<node>"
     out = dict(labels)
     version = change.get("driver_version")
@@ -70,8 +103,13 @@ def labels_after(labels: Mapping[str, str], change: Mapping[str, Any], profile: 
         present = [s for s in sets if any(k in labels for k in s.values())]
         for keys in present:
             _set_version(out, keys, str(version), only_present=True)
-        if not present and sets:
-            _set_version(out, sets[0], str(version), only_present=False)
+        # a node without them: feature discovery publishes every set once the driver runs
+        for keys in sets if not present else ():
+            _set_version(out, keys, str(version), only_present=False)
+        cuda = CUDA_BY_BRANCH.get(str(version).split(".")[0])
+        for key, part in CUDA_RUNTIME_LABELS.items():
+            if key in labels and cuda:
+                out[key] = cuda if part == "full" else cuda.split(".")[0 if part == "major" else 1]
     kernel = change.get("kernel_release")
     if kernel:
         m = re.match(r"^([0-9]+)\.([0-9]+)\.([0-9]+)", str(kernel))
@@ -119,12 +157,15 @@ def _job_replicas(job: Mapping[str, Any]) -> int:
     if spec.get("suspend"):
         return 0
     for cond in status.get("conditions") or []:
-        if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
+        if cond.get("type") in _JOB_DONE and cond.get("status") == "True":
             return 0
     parallelism = spec.get("parallelism", 1)
     completions = spec.get("completions")
     if completions is not None:
         parallelism = min(parallelism, max(completions - (status.get("succeeded") or 0), 0))
+    elif status.get("succeeded"):
+        # a work-queue Job (no completions) starts no pod once one succeeded: only the active ones
+        parallelism = min(parallelism, status.get("active") or 0)
     return int(parallelism)
 
 
@@ -134,15 +175,18 @@ def collect_workloads(
     statefulsets: Iterable[Mapping[str, Any]] = (),
     jobs: Iterable[Mapping[str, Any]] = (),
     replicasets: Iterable[Mapping[str, Any]] = (),
+    cronjobs: Iterable[Mapping[str, Any]] = (),
 ) -> list[dict[str, Any]]:
-    """One entry per workload: ``{kind, namespace, name, replicas, spec, pods}``.
+    """One entry per workload: ``{kind, namespace, name, replicas, spec, pods, by_pods}``.
 
     Deployments, StatefulSets and Jobs are judged by their pod template and desired pods (``replicas``:
     spec.replicas, default 1; a Job's pods still to run: parallelism capped by the completions left, 0
     when finished or suspended). A pod belongs to its controller (ReplicaSet -> Deployment through the
     ReplicaSets' owners); a pod without one is a bare pod (replicas 1); a pod owned by another kind
-    (a custom controller) makes that owner a workload judged by its pods. DaemonSet pods are left out:
-    their controller places one per node and follows the labels itself. Terminal pods are left out.
+    (a custom controller) makes that owner a workload judged by its pods (``by_pods``: every distinct
+    constraint among them). A CronJob is judged by its job template (1 pod per run unless parallelism
+    says more; 0 when suspended). DaemonSet pods are left out: their controller places one per node
+    and follows the labels itself. Terminal and terminating pods are left out.
     """
     work: dict[tuple, dict[str, Any]] = {}
     by_uid: dict[str, tuple] = {}
@@ -150,7 +194,15 @@ def collect_workloads(
     def add(kind: str, obj: Mapping[str, Any], replicas: int, spec: Optional[Mapping[str, Any]]) -> tuple:
         meta = _meta(obj)
         key = (kind, meta.get("namespace") or "", meta.get("name") or "")
-        work[key] = {"kind": kind, "namespace": key[1], "name": key[2], "replicas": replicas, "spec": spec, "pods": []}
+        work[key] = {
+            "kind": kind,
+            "namespace": key[1],
+            "name": key[2],
+            "replicas": replicas,
+            "spec": spec,
+            "pods": [],
+            "by_pods": kind == "Pod",
+        }
         if meta.get("uid"):
             by_uid[meta["uid"]] = key
         return key
@@ -161,6 +213,11 @@ def collect_workloads(
             add(kind, obj, int(spec.get("replicas", 1)), (spec.get("template") or {}).get("spec"))
     for obj in jobs:
         add("Job", obj, _job_replicas(obj), ((obj.get("spec") or {}).get("template") or {}).get("spec"))
+    for obj in cronjobs:
+        spec = obj.get("spec") or {}
+        job_spec = (spec.get("jobTemplate") or {}).get("spec") or {}
+        runs = 0 if spec.get("suspend") else int(job_spec.get("parallelism", 1))
+        add("CronJob", obj, runs, (job_spec.get("template") or {}).get("spec"))
     rs_owner: dict[str, Optional[tuple]] = {}
     for rs in replicasets:
         ref = _controller(rs)
@@ -174,7 +231,7 @@ def collect_workloads(
             )
     for pod in pods:
         meta = _meta(pod)
-        if (pod.get("status") or {}).get("phase") in _TERMINAL:
+        if (pod.get("status") or {}).get("phase") in _TERMINAL or meta.get("deletionTimestamp"):
             continue
         ref = _controller(pod)
         key = None
@@ -196,6 +253,7 @@ def collect_workloads(
                     "replicas": 0,
                     "spec": pod.get("spec"),
                     "pods": [],
+                    "by_pods": True,
                 }
                 if ref.get("uid"):
                     by_uid[ref["uid"]] = key
@@ -208,45 +266,108 @@ def collect_workloads(
 # --- evaluation ------------------------------------------------------------------------------------
 
 
-class _NodeIndex:
-    """Nodes grouped by their labels projected onto the keys the constraints read, so that each
-    distinct constraint is matched once per label class, not once per node (5,000 nodes x thousands
-    of workloads)."""
-
-    def __init__(self, labels_by_node: Mapping[str, Mapping[str, str]], keys: set[str]):
-        self.labels = labels_by_node
-        self.classes: dict[tuple, list[str]] = {}
-        self.class_of: dict[str, tuple] = {}
-        for name, labels in labels_by_node.items():
-            cls = project(labels, keys)
-            self.classes.setdefault(cls, []).append(name)
-            self.class_of[name] = cls
-
-    def fits(self, c: NodeConstraints, cache: dict, name: str) -> bool:
-        if c.uses_node_name:
-            return c.matches(self.labels[name], name)
-        cls = self.class_of[name]
-        key = (c.signature(), cls)
-        if key not in cache:
-            cache[key] = c.matches(dict(cls))
-        return cache[key]
-
-    def count(self, c: NodeConstraints, cache: dict) -> int:
-        if c.uses_node_name:
-            return sum(1 for n, lab in self.labels.items() if c.matches(lab, n))
-        total = 0
-        sig = c.signature()
-        for cls, names in self.classes.items():
-            key = (sig, cls)
-            if key not in cache:
-                cache[key] = c.matches(dict(cls))
-            if cache[key]:
-                total += len(names)
-        return total
-
-
 def _node_labels(node: Mapping[str, Any]) -> dict[str, str]:
     return dict(_meta(node).get("labels") or {})
+
+
+def _ready(node: Mapping[str, Any]) -> bool:
+    conds = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+
+
+class _Fleet:
+    """One side of the change (now or after): each node's labels, the nodes that take new pods, and
+    two ways to find a constraint's nodes without matching it against every node - an index of
+    (key, value) -> nodes for constraints bounded by In / nodeSelector / matchFields (a hostname pin
+    reads one node, not 5,000), else nodes grouped by their values of the constraint's own keys (a
+    driver-branch pin is matched once per distinct label combination)."""
+
+    def __init__(self, labels_by_node: Mapping[str, Mapping[str, str]], schedulable: set[str]):
+        self.labels = labels_by_node
+        self.schedulable = schedulable
+        self.index: dict[tuple, set[str]] = {}
+        for name, labels in labels_by_node.items():
+            for kv in labels.items():
+                self.index.setdefault(kv, set()).add(name)
+        self._groups: dict[frozenset, dict[tuple, list[str]]] = {}
+        self._fits: dict[tuple, bool] = {}
+        self._eligible: dict[str, frozenset] = {}
+
+    def _bound(self, c: NodeConstraints) -> Optional[set[str]]:
+        """A superset of the nodes the constraint admits, or None when nothing bounds it."""
+        bound: Optional[set[str]] = None
+        for kv in c.node_selector.items():
+            nodes = self.index.get(kv, set())
+            bound = set(nodes) if bound is None else bound & nodes
+        if c.terms is not None:
+            union: Optional[set[str]] = set()
+            for term in c.terms:
+                t: Optional[set[str]] = None
+                for r in term.get("matchExpressions") or []:
+                    if r.get("operator") == "In" and r.get("values"):
+                        nodes = set().union(*(self.index.get((r.get("key"), v), set()) for v in r["values"]))
+                        t = nodes if t is None else t & nodes
+                for r in term.get("matchFields") or []:
+                    if r.get("key") == "metadata.name" and r.get("operator") == "In":
+                        nodes = {v for v in r.get("values") or [] if v in self.labels}
+                        t = nodes if t is None else t & nodes
+                if t is None:
+                    union = None
+                    break
+                union |= t
+            if union is not None:
+                bound = union if bound is None else bound & union
+        return bound
+
+    def fits(self, c: NodeConstraints, name: str) -> bool:
+        """The node's labels admit the constraint (schedulability aside)."""
+        if c.uses_node_name:
+            return c.matches(self.labels[name], name)
+        key = (c.signature(), project(self.labels[name], c.label_keys()))
+        if key not in self._fits:
+            self._fits[key] = c.matches(dict(key[1]))
+        return self._fits[key]
+
+    def eligible(self, c: NodeConstraints) -> frozenset:
+        """The schedulable nodes whose labels admit the constraint."""
+        sig = c.signature()
+        if sig in self._eligible:
+            return self._eligible[sig]
+        bound = self._bound(c)
+        if bound is not None:
+            res = frozenset(n for n in bound if n in self.schedulable and self.fits(c, n))
+        elif c.uses_node_name:
+            res = frozenset(n for n in self.schedulable if c.matches(self.labels[n], n))
+        else:
+            keys = frozenset(c.label_keys())
+            if keys not in self._groups:
+                groups: dict[tuple, list[str]] = {}
+                for n in self.schedulable:
+                    groups.setdefault(project(self.labels[n], keys), []).append(n)
+                self._groups[keys] = groups
+            res = frozenset(n for cls, names in self._groups[keys].items() if c.matches(dict(cls)) for n in names)
+        self._eligible[sig] = res
+        return res
+
+
+def _judge(c: NodeConstraints, now: _Fleet, after: _Fleet, unknown: set[str]) -> dict[str, Any]:
+    e_now, e_after = now.eligible(c), after.eligible(c)
+    lost, gained = sorted(e_now - e_after), sorted(e_after - e_now)
+    if c.label_keys() & unknown:
+        verdict = "unpredictable"
+    elif not e_now and not e_after:
+        verdict = "unschedulable-already"
+    elif not e_after:
+        verdict = "stranded"
+    elif lost and gained:
+        verdict = "moves-nodes"
+    elif lost:
+        verdict = "loses-nodes"
+    elif gained:
+        verdict = "gains-nodes"
+    else:
+        verdict = "unaffected"
+    return {"c": c, "now": len(e_now), "after": len(e_after), "lost": lost, "gained": gained, "verdict": verdict}
 
 
 def evaluate(
@@ -258,19 +379,30 @@ def evaluate(
     """Report of a planned change. ``changes``: node name -> change (``vendor`` selects the profile in
     ``profiles``); ``workloads``: :func:`collect_workloads`. Raises ChangeError (unknown node, vendor).
 
-    Returns ``{"workloads": [...], "stranded": ["Kind ns/name", ...], "counts": {verdict: n},
-    "nodes": n, "nodes_changed": n, "pods_on_unfit_nodes": n}``; per workload (only those whose
-    constraints read a label and whose verdict is not ``unaffected``): ``kind, namespace, name,
-    replicas, constraints`` (text), ``eligible_now, eligible_after`` (node counts), ``nodes_lost,
-    nodes_gained`` (changed nodes that stop / start fitting: count and up to 20 names),
+    Eligible nodes are the nodes whose labels admit the workload and that take new pods: not cordoned
+    and Ready. The planned nodes count as schedulable after the change (the window uncordons them);
+    the others keep their state.
+
+    Returns ``{"workloads": [...], "stranded": [...], "unpredictable": [...], "counts": {verdict: n},
+    "nodes": n, "nodes_changed": n, "pods_on_unfit_nodes": n}``. ``stranded`` / ``unpredictable``:
+    ``Kind ns/name`` of workloads with desired pods (bare pods left out: nothing recreates them, the
+    drain removes them either way) that would have no node left / whose constraints read a label
+    the change makes unknowable (unpredictable_keys). Per workload (only those whose verdict is not
+    ``unaffected``): ``kind, namespace, name, replicas, constraints`` (text), ``eligible_now,
+    eligible_after`` (node counts), ``nodes_lost, nodes_gained`` (count and up to 20 names),
     ``unschedulable_replicas`` (desired pods with no node left), ``pods_on_unfit_nodes`` (running pods
     whose planned node would no longer admit them: the drain evicts them and they cannot come back),
-    ``verdict`` (one of VERDICTS: stranded = nodes now, none after).
+    ``verdict`` (VERDICTS, most severe first; a workload judged by its pods takes its worst).
     """
-    now = {}
+    now: dict[str, dict] = {}
+    schedulable: set[str] = set()
     for node in nodes:
-        now[_meta(node).get("name")] = _node_labels(node)
+        name = _meta(node).get("name")
+        now[name] = _node_labels(node)
+        if not (node.get("spec") or {}).get("unschedulable") and _ready(node):
+            schedulable.add(name)
     after = dict(now)
+    unknown: set[str] = set()
     for name, change in changes.items():
         if name not in now:
             raise ChangeError("planned node %s is not a Node of the cluster" % name)
@@ -278,82 +410,78 @@ def evaluate(
         if vendor not in profiles:
             raise ChangeError("node %s: unknown vendor %r (profiles: %s)" % (name, vendor, ", ".join(sorted(profiles))))
         after[name] = labels_after(now[name], dict(change, node=name), profiles[vendor])
-
-    loaded = [(w, NodeConstraints(w.get("spec"))) for w in workloads]
-    keys: set[str] = set()
-    for _w, c in loaded:
-        keys |= c.label_keys()
-    idx_now, idx_after = _NodeIndex(now, keys), _NodeIndex(after, keys)
-    cache_now: dict = {}
-    cache_after: dict = {}
-    changed = sorted(changes)
+        unknown |= unpredictable_keys(now[name], change)
+    f_now, f_after = _Fleet(now, schedulable), _Fleet(after, schedulable | set(changes))
+    judged: dict[str, dict] = {}
     rows: list[dict[str, Any]] = []
     counts = {v: 0 for v in VERDICTS}
     counts["unconstrained"] = 0
+    order = {v: i for i, v in enumerate(VERDICTS)}
     pods_unfit_total = 0
-    per_sig: dict[str, tuple] = {}
-    for w, c in loaded:
-        if c.empty:
-            counts["unconstrained"] += 1
-            continue
-        sig = c.signature()
-        if sig not in per_sig:
-            lost = [n for n in changed if idx_now.fits(c, cache_now, n) and not idx_after.fits(c, cache_after, n)]
-            gained = [n for n in changed if not idx_now.fits(c, cache_now, n) and idx_after.fits(c, cache_after, n)]
-            per_sig[sig] = (idx_now.count(c, cache_now), idx_after.count(c, cache_after), lost, gained)
-        n_now, n_after, lost, gained = per_sig[sig]
+    for w in workloads:
+        specs = [p.get("spec") for p in w.get("pods") or []] if w.get("by_pods") else [w.get("spec")]
+        constraints = {}
+        for spec in specs or [None]:
+            c = NodeConstraints(spec)
+            constraints.setdefault(c.signature(), c)
+        results = []
+        for sig, c in constraints.items():
+            if not c.empty:
+                if sig not in judged:
+                    judged[sig] = _judge(c, f_now, f_after, unknown)
+                results.append(judged[sig])
         unfit = []
         for pod in w.get("pods") or []:
             node = (pod.get("spec") or {}).get("nodeName")
             if node in changes:
                 pc = NodeConstraints(pod.get("spec"))
-                if not pc.empty and not idx_after.fits(pc, cache_after, node):
+                if not pc.empty and not f_after.fits(pc, node):
                     unfit.append({"pod": _meta(pod).get("name"), "node": node})
-        replicas = int(w.get("replicas") or 0)
-        if n_after == 0 and n_now == 0:
-            verdict = "unschedulable-already"
-        elif n_after == 0:
-            verdict = "stranded"
-        elif lost and gained:
-            verdict = "moves-nodes"
-        elif lost:
-            verdict = "loses-nodes"
-        elif gained:
-            verdict = "gains-nodes"
-        else:
-            verdict = "unaffected"
+        if not results:
+            counts["unconstrained"] += 1
+            if not unfit:
+                continue
+            # the template reads no label, but pods of an earlier revision do
+            results = [{"c": NodeConstraints(None), "now": 0, "after": 0, "lost": [], "gained": [],
+                        "verdict": "unaffected"}]  # fmt: skip
+        r = min(results, key=lambda x: order[x["verdict"]])
+        verdict = r["verdict"]
         if unfit and verdict == "unaffected":
             verdict = "moves-nodes"  # the pods' own spec differs from the template (a rollout)
         counts[verdict] += 1
         pods_unfit_total += len(unfit)
         if verdict == "unaffected":
             continue
+        replicas = int(w.get("replicas") or 0)
         rows.append(
             {
                 "kind": w["kind"],
                 "namespace": w["namespace"],
                 "name": w["name"],
                 "replicas": replicas,
-                "constraints": c.describe(),
-                "eligible_now": n_now,
-                "eligible_after": n_after,
-                "nodes_lost": {"count": len(lost), "names": lost[:NAMES_SHOWN]},
-                "nodes_gained": {"count": len(gained), "names": gained[:NAMES_SHOWN]},
+                "constraints": r["c"].describe(),
+                "eligible_now": r["now"],
+                "eligible_after": r["after"],
+                "nodes_lost": {"count": len(r["lost"]), "names": r["lost"][:NAMES_SHOWN]},
+                "nodes_gained": {"count": len(r["gained"]), "names": r["gained"][:NAMES_SHOWN]},
                 "unschedulable_replicas": replicas if verdict == "stranded" else 0,
                 "pods_on_unfit_nodes": {"count": len(unfit), "pods": unfit[:NAMES_SHOWN]},
                 "verdict": verdict,
             }
         )
-    order = {v: i for i, v in enumerate(VERDICTS)}
     rows.sort(key=lambda r: (order[r["verdict"]], r["namespace"], r["kind"], r["name"]))
-    stranded = [
-        "%s %s/%s" % (r["kind"], r["namespace"], r["name"])
-        for r in rows
-        if r["verdict"] == "stranded" and r["replicas"] > 0
-    ]
+
+    def named(verdict):
+        return [
+            "%s %s/%s" % (r["kind"], r["namespace"], r["name"])
+            for r in rows
+            if r["verdict"] == verdict and r["replicas"] > 0 and r["kind"] != "Pod"
+        ]
+
     return {
         "workloads": rows,
-        "stranded": stranded,
+        "stranded": named("stranded"),
+        "unpredictable": named("unpredictable"),
         "counts": counts,
         "nodes": len(now),
         "nodes_changed": len(changes),
@@ -380,3 +508,20 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
             line += ", %d running pod(s) on nodes they would no longer fit" % r["pods_on_unfit_nodes"]["count"]
         lines.append(line)
     return lines
+
+
+def refusal(report: Mapping[str, Any]) -> Optional[str]:
+    """Why a window must not start (stranded or unpredictable workloads), or None."""
+    parts = []
+    lines = summary_lines(report)
+    if report.get("stranded"):
+        parts.append(
+            "%d workload(s) would have no node left after the change: %s"
+            % (len(report["stranded"]), "; ".join(x for x in lines if ": stranded," in x and not x.startswith("Pod ")))
+        )
+    if report.get("unpredictable"):
+        parts.append(
+            "%d workload(s) read labels whose value after the change is unknown (a driver branch the "
+            "CUDA table does not list): %s" % (len(report["unpredictable"]), ", ".join(report["unpredictable"]))
+        )
+    return "; ".join(parts) or None

@@ -23,7 +23,10 @@ KFULL = "feature.node.kubernetes.io/kernel-version.full"
 def node(name, major="550", minor="90", rev="07", os_version="22.04", **extra):
     labels = {MAJ: major, MIN: minor, REV: rev, OSV: os_version, OSID: "ubuntu", "kubernetes.io/hostname": name}
     labels.update(extra)
-    return {"metadata": {"name": name, "labels": labels}}
+    return {
+        "metadata": {"name": name, "labels": labels},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
 
 
 def affinity(*exprs):
@@ -122,6 +125,13 @@ def test_os_change_and_unaffected_and_already_unschedulable():
 
 
 def test_finished_job_is_reported_but_not_counted_as_stranded():
+    # also FailureTarget (the Job is failing for good); and a work-queue Job with a success and no
+    # active pod starts none
+    for status in ({"conditions": [{"type": "FailureTarget", "status": "True"}]}, {"succeeded": 1, "active": 0}):
+        j = job("w", CUDA12, parallelism=4, **status)
+        j["spec"].pop("completions", None)
+        (w,) = collect_workloads([], jobs=[j])
+        assert w["replicas"] == 0, status
     done = job("cuda12-old", CUDA12, conditions=[{"type": "Complete", "status": "True"}], succeeded=1)
     rep = evaluate(
         [node("gpu-0")], {"gpu-0": {"driver_version": "580.95.05"}}, collect_workloads([], jobs=[done]), {"nvidia": NV}
@@ -177,10 +187,18 @@ def test_labels_after_rewrites_present_sets_only():
     assert out[KFULL] == "6.8.0-52-generic" and out["feature.node.kubernetes.io/kernel-version.major"] == "6"
     assert "feature.node.kubernetes.io/kernel-version.minor" not in out
     assert (out[OSV], out[OSV + ".major"], out[OSV + ".minor"]) == ("24.04", "24", "04")
-    # a two-part version has no .rev; a node without driver labels gets the primary set
-    assert REV not in labels_after(lab, {"driver_version": "470.57"}, NV)
-    assert labels_after({}, {"driver_version": "580.95.05"}, NV) == {MAJ: "580", MIN: "95", REV: "05"}
-    assert labels_after({}, {"driver_version": "3.0.0"}, RBLN) == {"rebellions.ai/driver-version.full": "3.0.0"}
+    # GFD publishes an empty .rev for a two-part version; a node without driver labels gets every set
+    assert labels_after(lab, {"driver_version": "470.57"}, NV)[REV] == ""
+    assert labels_after({}, {"driver_version": "580.95.05"}, NV) == {
+        MAJ: "580", MIN: "95", REV: "05", "nvidia.com/cuda.driver-version.major": "580",
+        "nvidia.com/cuda.driver-version.minor": "95", "nvidia.com/cuda.driver-version.revision": "05",
+        "nvidia.com/cuda.driver-version.full": "580.95.05"}  # fmt: skip
+    assert labels_after({}, {"driver_version": "3.0.0"}, RBLN) == {
+        "rebellions.ai/driver-version.full": "3.0.0",
+        "rebellions.ai/driver-version.major": "3",
+        "rebellions.ai/driver-version.minor": "0",
+        "rebellions.ai/driver-version.patch": "0",
+    }
 
 
 def test_bad_changes_are_refused_naming_the_node():
@@ -192,3 +210,88 @@ def test_bad_changes_are_refused_naming_the_node():
         evaluate([node("gpu-0")], {"gpu-0": {"driver_version": "580.95.05", "vendor": "amd"}}, [], {"nvidia": NV})
     with pytest.raises(ChangeError, match="node gpu-0: kernel_release 'new'"):
         labels_after({}, {"node": "gpu-0", "kernel_release": "new"}, NV)
+
+
+def test_cuda_runtime_labels_follow_the_driver_branch_or_are_unpredictable():
+    rt = "nvidia.com/cuda.runtime-version.major"
+    nodes = [node("gpu-0", **{rt: "12", "nvidia.com/cuda.runtime-version.full": "12.4"})]
+    needs12 = {"kind": "Deployment", "namespace": "ml", "name": "cuda12", "replicas": 1, "pods": [],
+               "spec": affinity({"key": rt, "operator": "In", "values": ["12"]})}  # fmt: skip
+    out = labels_after(nodes[0]["metadata"]["labels"], {"driver_version": "580.95.05"}, NV)
+    assert (out[rt], out["nvidia.com/cuda.runtime-version.full"]) == ("13", "13.0")
+    rep = evaluate(nodes, {"gpu-0": {"driver_version": "580.95.05"}}, [needs12], {"nvidia": NV})
+    assert rep["stranded"] == ["Deployment ml/cuda12"]
+    # a branch the table does not know: the CUDA labels after it cannot be known, never "unaffected"
+    rep = evaluate(nodes, {"gpu-0": {"driver_version": "590.10.01"}}, [needs12], {"nvidia": NV})
+    assert rep["workloads"][0]["verdict"] == "unpredictable" and rep["unpredictable"] == ["Deployment ml/cuda12"]
+
+
+def test_custom_controller_judged_by_every_pod_not_the_first():
+    owner = {"kind": "PyTorchJob", "name": "train", "uid": "pt1"}
+    launcher = pod("train-launcher", "gpu-0", {"containers": []}, owner)
+    workers = [pod("train-w%d" % i, "gpu-%d" % i, CUDA12, owner) for i in range(2)]
+    for order in ([launcher] + workers, workers + [launcher]):
+        rep = evaluate([node("gpu-0"), node("gpu-1")], {n: {"driver_version": "580.95.05"} for n in ("gpu-0", "gpu-1")},
+                       collect_workloads(order), {"nvidia": NV})  # fmt: skip
+        assert rep["stranded"] == ["PyTorchJob ml/train"] and rep["pods_on_unfit_nodes"] == 2, order
+
+
+def test_cordoned_and_not_ready_nodes_take_no_pods():
+    cordoned = node("g2")
+    cordoned["spec"] = {"unschedulable": True}
+    not_ready = node("g3")
+    not_ready["status"]["conditions"][0]["status"] = "Unknown"
+    nodes = [node("g0"), node("g1"), cordoned, not_ready]
+    wl = collect_workloads([], jobs=[job("cuda12-job", CUDA12)])
+    rep = evaluate(nodes, {n: {"driver_version": "580.95.05"} for n in ("g0", "g1")}, wl, {"nvidia": NV})
+    (r,) = rep["workloads"]
+    assert (r["verdict"], r["eligible_now"], r["eligible_after"]) == ("stranded", 2, 0)
+    # a planned node cordoned now (a resumed window) is schedulable after it
+    rep = evaluate([node("g0"), cordoned], {"g2": {"driver_version": "550.163.01"}}, wl, {"nvidia": NV})
+    assert (rep["workloads"][0]["verdict"], rep["workloads"][0]["eligible_after"]) == ("gains-nodes", 2)
+
+
+def test_terminating_and_bare_pods_never_refuse_a_window():
+    gone_pod = pod("old", "gpu-0", CUDA12)
+    gone_pod["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:00Z"
+    bare = pod("debug", "gpu-0", CUDA12)
+    wl = collect_workloads([gone_pod, bare])
+    assert [w["name"] for w in wl] == ["debug"]
+    rep = evaluate([node("gpu-0")], {"gpu-0": {"driver_version": "580.95.05"}}, wl, {"nvidia": NV})
+    assert rep["workloads"][0]["verdict"] == "stranded" and rep["stranded"] == []
+
+
+def test_cronjob_judged_by_its_job_template():
+    cj = {"metadata": {"name": "nightly", "namespace": "ml", "uid": "cj1"},
+          "spec": {"jobTemplate": {"spec": {"template": {"spec": CUDA12}}}}}  # fmt: skip
+    rep = evaluate([node("gpu-0")], {"gpu-0": {"driver_version": "580.95.05"}}, collect_workloads([], cronjobs=[cj]),
+                   {"nvidia": NV})  # fmt: skip
+    assert rep["stranded"] == ["CronJob ml/nightly"]
+    cj["spec"]["suspend"] = True
+    (w,) = collect_workloads([], cronjobs=[cj])
+    assert w["replicas"] == 0
+
+
+def test_per_node_pins_are_bounded_by_the_index():
+    """1,000 workloads each pinned to one node of 5,000 by hostname: each reads its own node, not 5,000
+    (the whole evaluation stays well under a second here; no timing assertion, a count instead)."""
+    nodes = [node("n%04d" % i) for i in range(5000)]
+    wl = [{"kind": "Deployment", "namespace": "ml", "name": "pin%d" % i, "replicas": 1, "pods": [],
+           "spec": affinity({"key": "kubernetes.io/hostname", "operator": "In", "values": ["n%04d" % i]},
+                            {"key": MAJ, "operator": "In", "values": ["550"]})} for i in range(1000)]  # fmt: skip
+    from ansible_collections.npuops.fleet.plugins.module_utils.fleet import workload_compat as wc
+
+    calls = {"n": 0}
+    real = wc.NodeConstraints.matches
+
+    def counting(self, labels, name=""):
+        calls["n"] += 1
+        return real(self, labels, name)
+
+    wc.NodeConstraints.matches = counting
+    try:
+        rep = evaluate(nodes, {"n%04d" % i: {"driver_version": "580.95.05"} for i in range(5000)}, wl, {"nvidia": NV})
+    finally:
+        wc.NodeConstraints.matches = real
+    assert len(rep["stranded"]) == 1000
+    assert calls["n"] <= 2 * 1000 * 2, calls  # now and after, each workload's one candidate node
