@@ -673,8 +673,9 @@ K177, K179 = "5.15.0-177-generic", "5.15.0-179-generic"
 def test_incident_audit_flags_then_window_fixes_and_ip_vs_loads(
     kubeconfig, core_v1, report_dir, restore, trainer
 ):
-    """domain.md incident on lab-node-0: u-u upgrades 580 userspace + kernel; audit flags it; the
-    window (target 580.159.03) reboots into 5.15.0-179, verifies, and ip_vs loads there.
+    """domain.md incident on lab-node-0: u-u upgrades 580 userspace + kernel; the drift monitor's
+    mismatch gauge turns 1 and the audit flags it; the window (target 580.159.03) reboots into
+    5.15.0-179, verifies, ip_vs loads there, and the gauge is back to 0.
 
     With the chart's default policy (drain off) and a newer kernel installed, the window must drain the
     node fully before the reboot: the PDB-protected CPU Deployment's pod there is evicted, not killed."""
@@ -701,8 +702,15 @@ def test_incident_audit_flags_then_window_fixes_and_ip_vs_loads(
     hx(name, "systemctl reboot", check=False)
     hostctl("wait-boot", name, "--after", before, "--timeout", "180")
     assert hx(name, "uname -r").stdout.strip() == K177
+    # between windows, the host reports itself (driver_drift_monitor, the real node_exporter)
+    from test_drift_monitor import INTERVAL, MARGIN, wait_metrics
+    from test_drift_monitor import playbook as drift_monitor
+
+    drift_monitor(name, report_dir, "-e", f"driver_drift_monitor_interval={INTERVAL}")
+    wait_metrics("npuops-" + name, {'npu_driver_mismatch{verdict="ok"}': "0"}, INTERVAL + MARGIN)
     hx(name, "unattended-upgrade")
     assert hx(name, "nvidia-smi", check=False).returncode == 18  # NVML mismatch
+    wait_metrics("npuops-" + name, {'npu_driver_mismatch{verdict="reload_required"}': "1"}, INTERVAL + MARGIN)
 
     rc, out = playbook("audit.yml", kubeconfig, report_dir, name, timeout=600)
     assert rc != 0, out[-4000:]
@@ -736,6 +744,9 @@ def test_incident_audit_flags_then_window_fixes_and_ip_vs_loads(
     assert "ip_vs" in hx(name, "lsmod").stdout.split()
     assert hx(name, "nvidia-smi --query-gpu=driver_version --format=csv,noheader").stdout.split()[0] == "580.159.03"
     assert not node(core_v1, name).spec.unschedulable
+    # and the window fixed what the host reported
+    wait_metrics("npuops-" + name, {'npu_driver_mismatch{verdict="ok"}': "0", "npu_driver_reboot_pending": "0",
+                                    "npu_driver_drift_check_success": "1"}, INTERVAL + MARGIN)
 
 
 def test_retry_after_a_lost_gpu_compares_with_the_first_attempts_devices(
