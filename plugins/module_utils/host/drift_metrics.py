@@ -18,7 +18,11 @@ Metric names (prefix ``npu_driver_``)::
                                                driver version than the loaded one (or either is unknown
                                                while the other is known)
     package_held{package, kind="driver|kernel|kernel_meta"}   1 held, 0 not
-    packages_unheld                            number of those not held
+    packages_unheld                            number of those not held (container / CUDA toolkits that
+                                               the holds leave alone on purpose are not listed)
+    smi_status{status}                         1 for the smi tool's last status: ok, mismatch,
+                                               no_devices, no_driver, error (also a timeout), missing
+    devices                                    devices the smi tool listed (absent when it said nothing)
     unattended_upgrades_enabled                1 when unattended-upgrades runs periodically
     unattended_upgrades_can_touch              1 when it runs and its blacklist leaves a driver or
                                                kernel package family uncovered
@@ -35,6 +39,7 @@ Metric names (prefix ``npu_driver_``)::
 
 from __future__ import annotations
 
+import fnmatch
 import math
 import re
 from typing import Any, Iterable, Mapping, Optional
@@ -47,6 +52,8 @@ from ansible_collections.npuops.fleet.plugins.module_utils.driver_version import
 
 PREFIX = "npu_driver_"
 MISMATCH_VERDICTS = ("reload_required", "rebuild_required")
+# the package_holds role's default package_holds_exclude (and driver_upgrade_hold_exclude)
+HOLD_EXCLUDE = ("nvidia-container-toolkit*", "libnvidia-container*", "cuda-toolkit*")
 LAST_SUCCESS = PREFIX + "drift_check_last_success_timestamp_seconds"
 
 
@@ -124,6 +131,7 @@ def render(
     check: Mapping[str, Any],
     ipvs: Optional[Mapping[str, bool]] = None,
     ipvs_required: Optional[bool] = None,
+    hold_exclude: Optional[list] = None,
 ) -> str:
     """Exposition text (str, newline-terminated) for one successful check.
 
@@ -133,7 +141,8 @@ def render(
     booted_kernel_packages, kernel_meta_packages, unattended_upgrades). ``check``: ``last_run``,
     ``last_success`` (Unix seconds), optional ``duration`` and ``interval`` (seconds); ``success`` is
     implied. ``ipvs``: module -> loadable for the boot kernel, None when not checked; ``ipvs_required``:
-    kube-proxy uses IPVS (None: unknown, no series).
+    kube-proxy uses IPVS (None: unknown, no series). ``hold_exclude``: fnmatch patterns of driver-family
+    packages that need no hold (default HOLD_EXCLUDE, package_holds' own default).
     """
     exp = Exposition()
     boot = facts.get("boot_kernel")
@@ -157,6 +166,13 @@ def render(
                "1 when loaded module, boot kernel's module and userspace disagree.",
                [({"verdict": verdict}, verdict in MISMATCH_VERDICTS)])
 
+    smi = facts.get("smi") or {}
+    # a hung or failing smi tool (a wedged GPU) while the versions agree: the verdict alone says ok
+    exp.family("smi_status", "1 for the smi tool's last status (ok, mismatch, no_devices, no_driver, error, missing).",
+               [({"status": smi.get("status") or "unknown"}, 1)])
+    if facts.get("device_count") is not None:
+        exp.family("devices", "Accelerator devices the smi tool listed.", [({}, int(facts["device_count"]))])
+
     exp.family("reboot_pending", "1 when a reboot is pending (reboot-required or a newer boot kernel).",
                [({}, bool(facts.get("reboot_required") or facts.get("kernel_reboot_pending")))])
     loaded = normalize_version(facts.get("loaded_version"))
@@ -167,7 +183,10 @@ def render(
                [({"kernel": boot}, changes)])
 
     held = set(facts.get("held_packages") or [])
-    pkgs = [(name, "driver") for name in sorted(facts.get("installed_driver_packages") or {})]
+    # packages the holds leave alone on purpose (package_holds_exclude: container and CUDA toolkits)
+    exclude = list(hold_exclude if hold_exclude is not None else HOLD_EXCLUDE)
+    pkgs = [(name, "driver") for name in sorted(facts.get("installed_driver_packages") or {})
+            if not any(fnmatch.fnmatchcase(name, pat) for pat in exclude)]
     pkgs += [(name, "kernel") for name in facts.get("booted_kernel_packages") or []]
     pkgs += [(name, "kernel_meta") for name in facts.get("kernel_meta_packages") or []]
     exp.family("package_held", "1 when the driver or kernel package has dpkg selection hold.",

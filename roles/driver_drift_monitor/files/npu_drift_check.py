@@ -11,7 +11,8 @@ so the collector never reads half a file. A failed check writes success 0 and ke
 time; exit status 1 then.
 
 CONFIG (JSON): output (path of the .prom file), vendor, vendor_profile, vendor_profiles,
-expected_version, kube_proxy_mode (ipvs|iptables|none|auto), ipvs_modules (list), interval_seconds.
+expected_version, kube_proxy_mode (ipvs|iptables|none|auto), ipvs_modules (list), interval_seconds,
+hold_exclude (fnmatch patterns of driver-family packages that need no hold).
 """
 
 from __future__ import annotations
@@ -91,11 +92,23 @@ def _read(path: str):
         return None
 
 
-def ipvs_required(mode: str):
-    """kube-proxy uses IPVS: ``ipvs`` yes, ``iptables``/``none`` no, ``auto`` when ip_vs is loaded now."""
-    if mode == "auto":
-        return os.path.isdir("/sys/module/ip_vs")
-    return mode == "ipvs"
+def ipvs_required(mode: str, seen_file: Optional[str] = None, sys_module: str = "/sys/module/ip_vs"):
+    """kube-proxy uses IPVS: ``ipvs`` yes, ``iptables``/``none`` no, ``auto`` once ip_vs has been seen
+    loaded on this host. Sticky (``seen_file`` is written the first time): after a reboot into a kernel
+    whose module index lacks ip_vs nothing is loaded, and that is exactly when the answer matters."""
+    if mode != "auto":
+        return mode == "ipvs"
+    if seen_file and os.path.exists(seen_file):
+        return True
+    if os.path.isdir(sys_module):
+        if seen_file:
+            try:
+                with open(seen_file, "w") as f:
+                    f.write("ip_vs seen loaded at %d\n" % time.time())
+            except OSError:
+                pass
+        return True
+    return False
 
 
 def check(config: dict, runner=None, now=time.time) -> tuple[str, bool]:
@@ -109,13 +122,14 @@ def check(config: dict, runner=None, now=time.time) -> tuple[str, bool]:
         )
         params = {"vendor": config.get("vendor") or "nvidia", "expected_version": config.get("expected_version")}
         facts = driver_facts.gather(runner, profile, params)
-        wanted = ipvs_required(config.get("kube_proxy_mode") or "auto")
+        wanted = ipvs_required(config.get("kube_proxy_mode") or "auto", os.path.join(HERE, "ipvs-seen"))
         ipvs = None
         if wanted:
             modules = list(config.get("ipvs_modules") or [])
             ipvs = driver_facts.ipvs_modules_loadable(runner, facts["boot_kernel"], modules)
         stamp.update(last_success=t0, duration=max(0.0, now() - t0))
-        return drift_metrics.render(facts, stamp, ipvs=ipvs, ipvs_required=wanted), True
+        exclude = config.get("hold_exclude")
+        return drift_metrics.render(facts, stamp, ipvs=ipvs, ipvs_required=wanted, hold_exclude=exclude), True
     except Exception as exc:  # the failure is the metric; the message goes to the journal
         sys.stderr.write("drift check failed: %s: %s\n" % (type(exc).__name__, exc))
         stamp.update(

@@ -197,3 +197,16 @@ def test_subprocess_runner_c_locale_and_missing_commands(script):
     assert runner.run([sh, "-c", "echo $LC_ALL; echo err >&2; exit 3"]) == (3, "C\n", "err\n")
     rc, out, err = runner.run(["/nonexistent/modinfo"])
     assert rc == 127 and out == "" and err
+
+
+def test_ipvs_auto_is_remembered_across_a_reboot_that_loses_ip_vs(script, tmp_path):
+    """auto: ip_vs seen loaded once means IPVS is required, also after a reboot into a kernel whose
+    module index lacks it (nothing is loaded then, which is exactly the incident)."""
+    seen, loaded = tmp_path / "ipvs-seen", tmp_path / "sys-ip_vs"
+    assert script.ipvs_required("auto", str(seen), str(loaded)) is False and not seen.exists()
+    loaded.mkdir()
+    assert script.ipvs_required("auto", str(seen), str(loaded)) is True and seen.exists()
+    loaded.rmdir()  # the reboot: ip_vs could not be loaded
+    assert script.ipvs_required("auto", str(seen), str(loaded)) is True
+    assert script.ipvs_required("iptables", str(seen), str(loaded)) is False
+    assert script.ipvs_required("ipvs", None, str(loaded)) is True

@@ -16,7 +16,12 @@ INCIDENT = {
     "kernel_reboot_pending": True,
     "held_packages": ["linux-generic"],
     "installed_driver_packages": {"nvidia-utils-580-server": "580.159.03-0ubuntu1",
-                                  "libnvidia-compute-580-server": "580.159.03-0ubuntu1"},
+                                  "libnvidia-compute-580-server": "580.159.03-0ubuntu1",
+                                  # the holds leave the container toolkit alone on purpose
+                                  "nvidia-container-toolkit": "1.17.8-1",
+                                  "libnvidia-container1": "1.17.8-1"},
+    "smi": {"status": "mismatch"},
+    "device_count": None,
     "booted_kernel_packages": ["linux-image-5.15.0-177-generic"],
     "kernel_meta_packages": ["linux-generic"],
     "unattended_upgrades": {"enabled": True, "uncovered_families": ["linux-image-*", "nvidia-*"]},
@@ -39,6 +44,9 @@ npu_driver_verdict{verdict="no_devices"} 0
 # HELP npu_driver_mismatch 1 when loaded module, boot kernel's module and userspace disagree.
 # TYPE npu_driver_mismatch gauge
 npu_driver_mismatch{verdict="reload_required"} 1
+# HELP npu_driver_smi_status 1 for the smi tool's last status (ok, mismatch, no_devices, no_driver, error, missing).
+# TYPE npu_driver_smi_status gauge
+npu_driver_smi_status{status="mismatch"} 1
 # HELP npu_driver_reboot_pending 1 when a reboot is pending (reboot-required or a newer boot kernel).
 # TYPE npu_driver_reboot_pending gauge
 npu_driver_reboot_pending 1
@@ -110,8 +118,11 @@ def test_healthy_host_no_ipvs_check_and_unknown_userspace():
         "booted_kernel_packages": [],
         "kernel_meta_packages": [],
         "unattended_upgrades": {"enabled": False, "uncovered_families": ["rbln-*"]},
+        "smi": {"status": "ok"},
+        "device_count": 2,
     }
     lines = dm.render(facts, {"last_run": 5, "last_success": 5}).splitlines()
+    assert 'npu_driver_smi_status{status="ok"} 1' in lines and "npu_driver_devices 2" in lines
     assert 'npu_driver_version_info{vendor="rebellions",source="userspace",version="",kernel=""} 1' in lines
     assert 'npu_driver_mismatch{verdict="ok"} 0' in lines
     assert "npu_driver_reboot_pending 0" in lines
@@ -123,6 +134,12 @@ def test_healthy_host_no_ipvs_check_and_unknown_userspace():
     assert not any("uncovered_info" in line for line in lines)
     assert not any("ipvs" in line for line in lines)
     assert not any("duration" in line or "interval" in line for line in lines)
+
+
+def test_hold_exclude_can_be_changed():
+    lines = dm.render(INCIDENT, CHECK, hold_exclude=[]).splitlines()
+    assert 'npu_driver_package_held{package="nvidia-container-toolkit",kind="driver"} 0' in lines
+    assert "npu_driver_packages_unheld 5" in lines
 
 
 def test_versions_compared_by_the_one_rule():
