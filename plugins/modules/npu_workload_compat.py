@@ -41,7 +41,8 @@ extends_documentation_fragment:
 options:
   changes:
     description:
-      - The planned change, one entry per node. A node may appear once.
+      - The planned change, one entry per node (at least one). A node may appear once, and must carry the
+        vendor's presence label (C(nvidia.com/gpu.present=true)).
     type: list
     elements: dict
     required: true
@@ -51,7 +52,7 @@ options:
         type: str
         required: true
       driver_version:
-        description: Target driver version (C(580.95.05)); its labels are predicted from it.
+        description: Target driver version, at least major.minor (C(580.95.05)); its labels are predicted from it.
         type: str
       vendor:
         description: Vendor profile of this node's driver labels; default O(vendor).
@@ -95,10 +96,10 @@ EXAMPLES = r"""
       - {node: gpu-1, driver_version: 580.95.05, kernel_release: 6.8.0-52-generic}
   register: compat
 
-- name: Refuse the window when one is stranded
+- name: Refuse the window when a workload would be stranded (or its labels after it are unknown)
   ansible.builtin.assert:
-    that: compat.stranded | length == 0
-    fail_msg: "{{ compat.lines | join('; ') }}"
+    that: compat.refusal is none
+    fail_msg: "{{ compat.refusal }}"
 """
 
 RETURN = r"""
@@ -107,9 +108,9 @@ workloads:
     - Every workload whose label constraints give another answer after the change (verdict other than
       C(unaffected)), most severe first. C(verdict) is one of C(stranded) (eligible nodes now, none
       after), C(unpredictable) (reads a label whose value after the change cannot be known),
-      C(loses-nodes), C(moves-nodes) (loses some, gains others), C(gains-nodes),
-      C(unschedulable-already) (no node now either). Node and pod lists show at most 20 names; the
-      counts are complete.
+      C(loses-nodes), C(moves-nodes) (loses some, gains others), C(gains-nodes). Workloads with no
+      eligible node now or after (C(unschedulable-already)) are only counted in RV(counts). Node and
+      pod lists show at most 20 names; the counts are complete.
   returned: always
   type: list
   elements: dict
@@ -225,6 +226,8 @@ class WorkloadCompat:
         self.params = module.params
 
     def changes(self) -> dict:
+        if not self.params["changes"]:
+            self.module.fail_json(msg="changes is empty: name at least one node and its target driver version")
         out = {}
         for i, c in enumerate(self.params["changes"]):
             name = (c.get("node") or "").strip()

@@ -97,8 +97,10 @@ def labels_after(labels: Mapping[str, str], change: Mapping[str, Any], profile: 
     out = dict(labels)
     version = change.get("driver_version")
     if version:
-        if not re.match(r"^[0-9]+(\.[0-9A-Za-z]+)*$", str(version)):
-            raise ChangeError("node %s: driver_version %r is not a driver version (550.90.07)" % (node, version))
+        if not re.match(r"^[0-9]+(\.[0-9A-Za-z]+)+$", str(version)):
+            raise ChangeError(
+                "node %s: driver_version %r is not a full driver version (for example 550.90.07)" % (node, version)
+            )
         sets = [s for s in (profile.get("driver_version_labels"), profile.get("driver_version_labels_alt")) if s]
         present = [s for s in sets if any(k in labels for k in s.values())]
         for keys in present:
@@ -114,7 +116,9 @@ def labels_after(labels: Mapping[str, str], change: Mapping[str, Any], profile: 
     if kernel:
         m = re.match(r"^([0-9]+)\.([0-9]+)\.([0-9]+)", str(kernel))
         if not m:
-            raise ChangeError("node %s: kernel_release %r is not a kernel release (6.8.0-52-generic)" % (node, kernel))
+            raise ChangeError(
+                "node %s: kernel_release %r is not a kernel release (for example 6.8.0-52-generic)" % (node, kernel)
+            )
         if FACT_LABELS["kernel"] in labels:
             out[FACT_LABELS["kernel"]] = str(kernel)
         for i, part in enumerate(("major", "minor", "revision")):
@@ -390,6 +394,7 @@ def evaluate(
     the change makes unknowable (unpredictable_keys). Per workload (only those whose verdict is not
     ``unaffected``): ``kind, namespace, name, replicas, constraints`` (text), ``eligible_now,
     eligible_after`` (node counts), ``nodes_lost, nodes_gained`` (count and up to 20 names),
+    (``unschedulable-already`` ones are only counted: no node now or after),
     ``unschedulable_replicas`` (desired pods with no node left), ``pods_on_unfit_nodes`` (running pods
     whose planned node would no longer admit them: the drain evicts them and they cannot come back),
     ``verdict`` (VERDICTS, most severe first; a workload judged by its pods takes its worst).
@@ -409,6 +414,12 @@ def evaluate(
         vendor = change.get("vendor") or "nvidia"
         if vendor not in profiles:
             raise ChangeError("node %s: unknown vendor %r (profiles: %s)" % (name, vendor, ", ".join(sorted(profiles))))
+        presence = profiles[vendor].get("presence_label")
+        if presence and now[name].get(presence) != "true":
+            raise ChangeError(
+                'node %s is not a %s node (label %s is %r, not "true")'
+                % (name, vendor, presence, now[name].get(presence))
+            )
         after[name] = labels_after(now[name], dict(change, node=name), profiles[vendor])
         unknown |= unpredictable_keys(now[name], change)
     f_now, f_after = _Fleet(now, schedulable), _Fleet(after, schedulable | set(changes))
@@ -435,7 +446,9 @@ def evaluate(
             node = (pod.get("spec") or {}).get("nodeName")
             if node in changes:
                 pc = NodeConstraints(pod.get("spec"))
-                if not pc.empty and not f_after.fits(pc, node):
+                # fits there now and not after: a pod that already does not match (labels changed
+                # under it, IgnoredDuringExecution) is not the change's doing
+                if not pc.empty and f_now.fits(pc, node) and not f_after.fits(pc, node):
                     unfit.append({"pod": _meta(pod).get("name"), "node": node})
         if not results:
             counts["unconstrained"] += 1
@@ -450,8 +463,8 @@ def evaluate(
             verdict = "moves-nodes"  # the pods' own spec differs from the template (a rollout)
         counts[verdict] += 1
         pods_unfit_total += len(unfit)
-        if verdict == "unaffected":
-            continue
+        if verdict in ("unaffected", "unschedulable-already"):
+            continue  # the same answer after the change (no node either way): counted, not listed
         replicas = int(w.get("replicas") or 0)
         rows.append(
             {

@@ -160,7 +160,7 @@ def render(
         ],
     )
     verdict = facts.get("verdict")
-    exp.family("verdict", "1 for the host's driver verdict (driver_verdict.py), 0 for the others.",
+    exp.family("verdict", "1 for the host's driver verdict, 0 for the others.",
                [({"verdict": v}, v == verdict) for v in VERDICTS])
     exp.family("mismatch",
                "1 when loaded module, boot kernel's module and userspace disagree.",

@@ -34,7 +34,7 @@ EXPECTED_INCIDENT = """\
 npu_driver_version_info{vendor="nvidia",source="loaded",version="580.126.09",kernel="5.15.0-177-generic"} 1
 npu_driver_version_info{vendor="nvidia",source="userspace",version="580.159.03",kernel=""} 1
 npu_driver_version_info{vendor="nvidia",source="on_disk_boot",version="580.159.03",kernel="5.15.0-179-generic"} 1
-# HELP npu_driver_verdict 1 for the host's driver verdict (driver_verdict.py), 0 for the others.
+# HELP npu_driver_verdict 1 for the host's driver verdict, 0 for the others.
 # TYPE npu_driver_verdict gauge
 npu_driver_verdict{verdict="ok"} 0
 npu_driver_verdict{verdict="reload_required"} 1

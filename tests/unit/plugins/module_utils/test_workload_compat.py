@@ -21,7 +21,15 @@ KFULL = "feature.node.kubernetes.io/kernel-version.full"
 
 
 def node(name, major="550", minor="90", rev="07", os_version="22.04", **extra):
-    labels = {MAJ: major, MIN: minor, REV: rev, OSV: os_version, OSID: "ubuntu", "kubernetes.io/hostname": name}
+    labels = {
+        MAJ: major,
+        MIN: minor,
+        REV: rev,
+        OSV: os_version,
+        OSID: "ubuntu",
+        "kubernetes.io/hostname": name,
+        "nvidia.com/gpu.present": "true",
+    }
     labels.update(extra)
     return {
         "metadata": {"name": name, "labels": labels},
@@ -117,10 +125,11 @@ def test_os_change_and_unaffected_and_already_unschedulable():
     )
     # same driver branch, OS upgrade to 24.04 on one node
     rep = evaluate(nodes, {"gpu-1": {"driver_version": "550.163.01", "os_version_id": "24.04"}}, wl, {"nvidia": NV})
+    # cuda13-job has no node now or after: counted, not listed (the same answer either way)
     assert [(r["name"], r["verdict"], r["eligible_now"], r["eligible_after"]) for r in rep["workloads"]] == [
         ("cuda12-job", "loses-nodes", 2, 1),
-        ("cuda13-job", "unschedulable-already", 0, 0),
     ]
+    assert rep["counts"]["unschedulable-already"] == 1
     assert rep["counts"]["unconstrained"] == 1 and rep["stranded"] == []
 
 
@@ -204,8 +213,13 @@ def test_labels_after_rewrites_present_sets_only():
 def test_bad_changes_are_refused_naming_the_node():
     with pytest.raises(ChangeError, match="planned node ghost is not a Node"):
         evaluate([node("gpu-0")], {"ghost": {"driver_version": "580.95.05"}}, [], {"nvidia": NV})
-    with pytest.raises(ChangeError, match="node gpu-0: driver_version 'latest'"):
-        evaluate([node("gpu-0")], {"gpu-0": {"driver_version": "latest"}}, [], {"nvidia": NV})
+    for bad in ("latest", "580"):  # a branch alone says nothing of the minor / rev labels
+        with pytest.raises(ChangeError, match="node gpu-0: driver_version '%s' is not a full driver version" % bad):
+            evaluate([node("gpu-0")], {"gpu-0": {"driver_version": bad}}, [], {"nvidia": NV})
+    npu = node("npu-0")
+    del npu["metadata"]["labels"]["nvidia.com/gpu.present"]
+    with pytest.raises(ChangeError, match=r"node npu-0 is not a nvidia node \(label nvidia.com/gpu.present is None"):
+        evaluate([npu], {"npu-0": {"driver_version": "580.95.05"}}, [], {"nvidia": NV})
     with pytest.raises(ChangeError, match="node gpu-0: unknown vendor 'amd'"):
         evaluate([node("gpu-0")], {"gpu-0": {"driver_version": "580.95.05", "vendor": "amd"}}, [], {"nvidia": NV})
     with pytest.raises(ChangeError, match="node gpu-0: kernel_release 'new'"):
