@@ -84,7 +84,7 @@ def unpredictable_keys(labels: Mapping[str, str], change: Mapping[str, Any]) -> 
     """Label keys of the node whose value after ``change`` cannot be known: GFD's CUDA labels for a
     driver branch that CUDA_BY_BRANCH does not list."""
     version = change.get("driver_version")
-    if not version or str(version).split(".")[0] in CUDA_BY_BRANCH:
+    if not version or str(version).split(".", maxsplit=1)[0] in CUDA_BY_BRANCH:
         return set()
     return {k for k in CUDA_RUNTIME_LABELS if k in labels}
 
@@ -108,7 +108,7 @@ def labels_after(labels: Mapping[str, str], change: Mapping[str, Any], profile: 
         # a node without them: feature discovery publishes every set once the driver runs
         for keys in sets if not present else ():
             _set_version(out, keys, str(version), only_present=False)
-        cuda = CUDA_BY_BRANCH.get(str(version).split(".")[0])
+        cuda = CUDA_BY_BRANCH.get(str(version).split(".", maxsplit=1)[0])
         for key, part in CUDA_RUNTIME_LABELS.items():
             if key in labels and cuda:
                 out[key] = cuda if part == "full" else cuda.split(".")[0 if part == "major" else 1]
