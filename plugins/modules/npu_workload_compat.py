@@ -23,13 +23,15 @@ description:
     desired pods), bare pods, and pods of other controllers such as a PyTorchJob (judged by every
     distinct constraint among their pods). DaemonSets are left out (their controller places one pod
     per node and follows the labels). Terminal and terminating pods are left out.
-  - A node is eligible when its labels admit the workload and it takes new pods (not cordoned,
-    Ready). The planned nodes count as schedulable after the change, as the window uncordons them.
+  - A node is eligible when its labels admit the workload and its taints and cordon let the pods land
+    (the scheduler's TaintToleration and NodeUnschedulable filters: NoSchedule / NoExecute taints need
+    a toleration; NotReady nodes carry the node lifecycle controller's taints). The planned nodes are
+    uncordoned after the change, as the window uncordons them; their other taints stay.
   - Per workload the report gives the eligible nodes now and after, the planned nodes it loses and
     gains, the replicas that would become unschedulable, and the running pods whose planned node
     would no longer admit them (the window's drain evicts them and they cannot come back there).
-  - Only the label constraints are evaluated - taints, resources, preferred affinity and pod
-    (anti-)affinity are other scheduler filters and are not.
+  - Resources, preferred affinity and pod (anti-)affinity are other scheduler filters or scores and
+    are not evaluated.
   - Nodes, pods, Deployments, ReplicaSets, StatefulSets, Jobs and CronJobs are read with paginated LISTs
     (O(page_size) items per request). Never changes anything (C(changed) is always false).
   - Used by the maintenance window before any cordon (C(maintenance_workload_compat)).

@@ -13,38 +13,17 @@ import uuid
 from pathlib import Path
 
 import pytest
+from test_lab_hosts import K_NEW, K_OLD, V_NEW, V_OLD, hostctl, hx, lab_dir  # the lab host helpers
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTCTL = REPO / "tests" / "lab" / "hosts" / "hostctl"
-PODMAN = REPO / "tests" / "lab" / "hosts" / "bin" / "podman"
 
 pytestmark = pytest.mark.lab
 
-V_OLD, V_NEW = "580.126.09", "580.159.03"
-K_OLD, K_NEW = "5.15.0-177-generic", "5.15.0-179-generic"
+
 INTERVAL = 10
 MARGIN = 20  # the check's own run time plus node_exporter's read; no timing is asserted beyond it
 SCRAPE = "python3 -c 'import urllib.request;print(urllib.request.urlopen(\"http://127.0.0.1:9100/metrics\").read().decode())'"
-
-
-def lab_dir():
-    return Path(os.environ.get("NPUOPS_LAB_DIR", "/tmp/npuops-lab"))
-
-
-def hostctl(*args, timeout=300):
-    r = subprocess.run([str(HOSTCTL), *args], capture_output=True, text=True, timeout=timeout,
-                       env=dict(os.environ, NPUOPS_LAB_DIR=str(lab_dir())), check=False)
-    assert r.returncode == 0, f"hostctl {' '.join(args)} failed:\n{r.stdout}\n{r.stderr}"
-    return r.stdout.strip()
-
-
-def hx(container, script, check=True, timeout=300):
-    """Run a shell script inside a lab host; returns CompletedProcess (stdout+stderr merged)."""
-    r = subprocess.run([str(PODMAN), "exec", container, "/bin/sh", "-c", script],
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout, check=False)
-    if check:
-        assert r.returncode == 0, f"{container}: `{script}` -> {r.returncode}\n{r.stdout}"
-    return r
 
 
 def reboot(name):

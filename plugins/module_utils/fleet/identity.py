@@ -61,9 +61,7 @@ def _same_host_name(host: str, label: str) -> bool:
     return "." not in short and "." in dotted and dotted.split(".", 1)[0] == short
 
 
-def compare(
-    host: Mapping[str, Any], node: Mapping[str, Any], fields: Iterable[str] = FIELDS
-) -> dict[str, Any]:
+def compare(host: Mapping[str, Any], node: Mapping[str, Any], fields: Iterable[str] = FIELDS) -> dict[str, Any]:
     """Compare host and node identity dicts (keys of FIELDS; other keys ignored).
 
     Returns ``{"compared": [field...], "unknown": [field...], "mismatches": [{"field", "host",
@@ -103,9 +101,7 @@ def refusal(host_name: str, node_name: str, result: Mapping[str, Any]) -> Option
     alone = len(result["mismatches"]) == 1  # the innocent readings apply only when nothing else differs
     for m in result["mismatches"]:
         why = _WHY.get(m["field"]) if alone else None
-        parts.append(
-            "%s: host %s, node %s%s" % (m["field"], m["host"], m["node"], " (or %s)" % why if why else "")
-        )
+        parts.append("%s: host %s, node %s%s" % (m["field"], m["host"], m["node"], " (or %s)" % why if why else ""))
     return (
         "host %s is not the machine behind node %s (%s); fix the inventory's node name for this host "
         "(driver_upgrade_node_name) - nothing was changed" % (host_name, node_name, "; ".join(parts))

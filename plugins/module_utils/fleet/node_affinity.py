@@ -23,8 +23,13 @@ k8s.io/component-helpers/scheduling/corev1/nodeaffinity):
   A term whose requirement is malformed (unknown operator, Gt with two values) matches no node, as
   the scheduler's lazy-error selector does.
 
-Both must hold. ``preferredDuringScheduling…`` only ranks nodes and taints/resources are other
-filters: none of them is evaluated here. Inputs are the API's JSON dicts (camelCase keys), as a
+Both must hold, and so must the TaintToleration and NodeUnschedulable filters: every taint of
+effect NoSchedule or NoExecute needs a matching toleration (key equal, or empty with Exists; value
+equal for Equal; effect equal or empty), and a cordoned node (``spec.unschedulable``) needs a
+toleration of ``node.kubernetes.io/unschedulable:NoSchedule``. NotReady and unreachable nodes carry
+such taints (the node lifecycle controller adds them). ``preferredDuringScheduling…`` only ranks
+nodes; resources and pod (anti-)affinity are other filters: those are not evaluated here.
+Inputs are the API's JSON dicts (camelCase keys), as a
 LIST with ``_preload_content=False`` returns them.
 """
 
@@ -35,6 +40,8 @@ import re
 from typing import Any, Iterable, Mapping, Optional
 
 OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+_FILTERING_EFFECTS = ("NoSchedule", "NoExecute")
 _INT64 = re.compile(r"^[+-]?[0-9]+\Z")
 _INT64_MAX = 2**63 - 1
 
@@ -94,6 +101,27 @@ def term_matches(labels: Mapping[str, str], name: str, term: Mapping[str, Any]) 
     return True
 
 
+def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
+    """One toleration against one taint (core/v1 Toleration.ToleratesTaint)."""
+    if toleration.get("effect") and toleration.get("effect") != taint.get("effect"):
+        return False
+    if toleration.get("key") and toleration.get("key") != taint.get("key"):
+        return False
+    op = toleration.get("operator") or "Equal"
+    if op == "Exists":
+        return True
+    return op == "Equal" and (toleration.get("value") or "") == (taint.get("value") or "")
+
+
+def taints_admit(tolerations: Iterable[Mapping[str, Any]], taints: Iterable[Mapping[str, Any]], cordoned: bool) -> bool:
+    """The TaintToleration and NodeUnschedulable filters: True when the pod may land on the node."""
+    tols = list(tolerations)
+    for taint in taints:
+        if taint.get("effect") in _FILTERING_EFFECTS and not any(tolerates(t, taint) for t in tols):
+            return False
+    return not cordoned or any(tolerates(t, UNSCHEDULABLE_TAINT) for t in tols)
+
+
 class NodeConstraints:
     """The label part of a pod spec's node constraints: ``nodeSelector`` and the required node
     affinity terms. Built from a pod spec dict (a pod's ``spec`` or a template's ``spec``)."""
@@ -106,11 +134,12 @@ class NodeConstraints:
         )
         # None: no required affinity (every node passes); []: required with no terms (none passes)
         self.terms: Optional[list] = None if required is None else list(required.get("nodeSelectorTerms") or [])
+        self.tolerations: list = list(spec.get("tolerations") or [])
         self._signature: Optional[str] = None
 
     @property
     def empty(self) -> bool:
-        """No constraint at all: every node's labels admit the pod."""
+        """No label constraint: every node's labels admit the pod (tolerations aside)."""
         return not self.node_selector and self.terms is None
 
     @property
@@ -127,7 +156,9 @@ class NodeConstraints:
     def signature(self) -> str:
         """A canonical string: two pods with the same signature are admitted by the same nodes."""
         if self._signature is None:
-            self._signature = json.dumps([self.node_selector, self.terms], sort_keys=True, separators=(",", ":"))
+            self._signature = json.dumps(
+                [self.node_selector, self.terms, self.tolerations], sort_keys=True, separators=(",", ":")
+            )
         return self._signature
 
     def matches(self, labels: Mapping[str, str], name: str = "") -> bool:

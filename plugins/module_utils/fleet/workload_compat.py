@@ -16,10 +16,16 @@ starts publishing once a driver runs. Kernel and OS keys are rewritten only wher
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Iterable, Mapping, Optional
 
-from ansible_collections.npuops.fleet.plugins.module_utils.fleet.node_affinity import NodeConstraints, project
+from ansible_collections.npuops.fleet.plugins.module_utils.fleet.node_affinity import (
+    UNSCHEDULABLE_TAINT,
+    NodeConstraints,
+    project,
+    taints_admit,
+)
 from ansible_collections.npuops.fleet.plugins.module_utils.node_facts import FACT_LABELS
 
 # NFD's kernel and OS labels besides the ones node_facts reads (same prefix, published together)
@@ -274,28 +280,32 @@ def _node_labels(node: Mapping[str, Any]) -> dict[str, str]:
     return dict(_meta(node).get("labels") or {})
 
 
-def _ready(node: Mapping[str, Any]) -> bool:
-    conds = (node.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
-
-
 class _Fleet:
-    """One side of the change (now or after): each node's labels, the nodes that take new pods, and
-    two ways to find a constraint's nodes without matching it against every node - an index of
-    (key, value) -> nodes for constraints bounded by In / nodeSelector / matchFields (a hostname pin
-    reads one node, not 5,000), else nodes grouped by their values of the constraint's own keys (a
-    driver-branch pin is matched once per distinct label combination)."""
+    """One side of the change (now or after): each node's labels and taints (and cordon), and two ways
+    to find a constraint's nodes without matching it against every node - an index of (key, value) ->
+    nodes for constraints bounded by In / nodeSelector / matchFields (a hostname pin reads one node,
+    not 5,000), else nodes grouped by their values of the constraint's own keys (a driver-branch pin is
+    matched once per distinct label combination). Taints are judged once per distinct taint set."""
 
-    def __init__(self, labels_by_node: Mapping[str, Mapping[str, str]], schedulable: set[str]):
+    def __init__(self, labels_by_node: Mapping[str, Mapping[str, str]], taints_by_node: Mapping[str, tuple]):
         self.labels = labels_by_node
-        self.schedulable = schedulable
+        self.taints = taints_by_node  # name -> (taints as canonical JSON, cordoned)
         self.index: dict[tuple, set[str]] = {}
         for name, labels in labels_by_node.items():
             for kv in labels.items():
                 self.index.setdefault(kv, set()).add(name)
         self._groups: dict[frozenset, dict[tuple, list[str]]] = {}
         self._fits: dict[tuple, bool] = {}
+        self._admits: dict[tuple, bool] = {}
         self._eligible: dict[str, frozenset] = {}
+
+    def admits(self, c: NodeConstraints, name: str) -> bool:
+        """The node's taints and cordon let the pod land (TaintToleration, NodeUnschedulable)."""
+        taints, cordoned = self.taints[name]
+        key = (json.dumps(c.tolerations, sort_keys=True), taints, cordoned)
+        if key not in self._admits:
+            self._admits[key] = taints_admit(c.tolerations, json.loads(taints), cordoned)
+        return self._admits[key]
 
     def _bound(self, c: NodeConstraints) -> Optional[set[str]]:
         """A superset of the nodes the constraint admits, or None when nothing bounds it."""
@@ -333,20 +343,20 @@ class _Fleet:
         return self._fits[key]
 
     def eligible(self, c: NodeConstraints) -> frozenset:
-        """The schedulable nodes whose labels admit the constraint."""
+        """The nodes whose labels admit the constraint and whose taints and cordon let the pod land."""
         sig = c.signature()
         if sig in self._eligible:
             return self._eligible[sig]
         bound = self._bound(c)
         if bound is not None:
-            res = frozenset(n for n in bound if n in self.schedulable and self.fits(c, n))
+            res = frozenset(n for n in bound if self.fits(c, n) and self.admits(c, n))
         elif c.uses_node_name:
-            res = frozenset(n for n in self.schedulable if c.matches(self.labels[n], n))
+            res = frozenset(n for n in self.labels if c.matches(self.labels[n], n) and self.admits(c, n))
         else:
             keys = frozenset(c.label_keys())
             if keys not in self._groups:
                 groups: dict[tuple, list[str]] = {}
-                for n in self.schedulable:
+                for n in self.labels:
                     groups.setdefault(project(self.labels[n], keys), []).append(n)
                 self._groups[keys] = groups
             res = frozenset(n for cls, names in self._groups[keys].items() if c.matches(dict(cls)) for n in names)
@@ -383,9 +393,10 @@ def evaluate(
     """Report of a planned change. ``changes``: node name -> change (``vendor`` selects the profile in
     ``profiles``); ``workloads``: :func:`collect_workloads`. Raises ChangeError (unknown node, vendor).
 
-    Eligible nodes are the nodes whose labels admit the workload and that take new pods: not cordoned
-    and Ready. The planned nodes count as schedulable after the change (the window uncordons them);
-    the others keep their state.
+    Eligible nodes are the nodes whose labels admit the workload and whose taints and cordon let its
+    pods land (node_affinity.taints_admit; NotReady nodes carry the lifecycle controller's taints).
+    After the change the planned nodes are uncordoned (the window uncordons them, and drops the
+    ``node.kubernetes.io/unschedulable`` taint with the cordon); every other taint stays.
 
     Returns ``{"workloads": [...], "stranded": [...], "unpredictable": [...], "counts": {verdict: n},
     "nodes": n, "nodes_changed": n, "pods_on_unfit_nodes": n}``. ``stranded`` / ``unpredictable``:
@@ -400,12 +411,16 @@ def evaluate(
     ``verdict`` (VERDICTS, most severe first; a workload judged by its pods takes its worst).
     """
     now: dict[str, dict] = {}
-    schedulable: set[str] = set()
+    taints_now: dict[str, tuple] = {}
+    taints_after: dict[str, tuple] = {}
     for node in nodes:
         name = _meta(node).get("name")
         now[name] = _node_labels(node)
-        if not (node.get("spec") or {}).get("unschedulable") and _ready(node):
-            schedulable.add(name)
+        spec = node.get("spec") or {}
+        taints = [{k: t.get(k) or "" for k in ("key", "value", "effect")} for t in spec.get("taints") or []]
+        taints_now[name] = (json.dumps(taints, sort_keys=True), bool(spec.get("unschedulable")))
+        uncordoned = [t for t in taints if t["key"] != UNSCHEDULABLE_TAINT["key"]]
+        taints_after[name] = (json.dumps(uncordoned, sort_keys=True), False)
     after = dict(now)
     unknown: set[str] = set()
     for name, change in changes.items():
@@ -422,7 +437,8 @@ def evaluate(
             )
         after[name] = labels_after(now[name], dict(change, node=name), profiles[vendor])
         unknown |= unpredictable_keys(now[name], change)
-    f_now, f_after = _Fleet(now, schedulable), _Fleet(after, schedulable | set(changes))
+    f_now = _Fleet(now, taints_now)
+    f_after = _Fleet(after, {n: taints_after[n] if n in changes else taints_now[n] for n in now})
     judged: dict[str, dict] = {}
     rows: list[dict[str, Any]] = []
     counts = {v: 0 for v in VERDICTS}

@@ -253,8 +253,9 @@ def test_custom_controller_judged_by_every_pod_not_the_first():
 def test_cordoned_and_not_ready_nodes_take_no_pods():
     cordoned = node("g2")
     cordoned["spec"] = {"unschedulable": True}
-    not_ready = node("g3")
-    not_ready["status"]["conditions"][0]["status"] = "Unknown"
+    not_ready = node("g3")  # the node lifecycle controller's taints on a NotReady node
+    not_ready["spec"] = {"taints": [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+                                    {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}]}  # fmt: skip
     nodes = [node("g0"), node("g1"), cordoned, not_ready]
     wl = collect_workloads([], jobs=[job("cuda12-job", CUDA12)])
     rep = evaluate(nodes, {n: {"driver_version": "580.95.05"} for n in ("g0", "g1")}, wl, {"nvidia": NV})
@@ -263,6 +264,26 @@ def test_cordoned_and_not_ready_nodes_take_no_pods():
     # a planned node cordoned now (a resumed window) is schedulable after it
     rep = evaluate([node("g0"), cordoned], {"g2": {"driver_version": "550.163.01"}}, wl, {"nvidia": NV})
     assert (rep["workloads"][0]["verdict"], rep["workloads"][0]["eligible_after"]) == ("gains-nodes", 2)
+
+
+def test_taints_and_tolerations_as_the_scheduler_filters_them():
+    tainted = node("g1")
+    tainted["spec"] = {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+                                  {"key": "team", "value": "a", "effect": "PreferNoSchedule"}]}  # fmt: skip
+    plan = {"g0": {"driver_version": "580.95.05"}}
+    wl = collect_workloads([], jobs=[job("cuda12-job", CUDA12)])
+    # without a toleration only g0 takes the pods: moving g0 strands the job
+    assert evaluate([node("g0"), tainted], plan, wl, {"nvidia": NV})["stranded"] == ["Job ml/cuda12-job"]
+    for tol in ({"key": "nvidia.com/gpu", "operator": "Exists"}, {"operator": "Exists"},
+                {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}):  # fmt: skip
+        spec = dict(CUDA12, tolerations=[tol])
+        rep = evaluate(
+            [node("g0"), tainted], plan, collect_workloads([], jobs=[job("cuda12-job", spec)]), {"nvidia": NV}
+        )
+        assert rep["stranded"] == [] and rep["workloads"][0]["eligible_after"] == 1, tol
+    wrong = dict(CUDA12, tolerations=[{"key": "nvidia.com/gpu", "value": "absent", "effect": "NoSchedule"}])
+    rep = evaluate([node("g0"), tainted], plan, collect_workloads([], jobs=[job("cuda12-job", wrong)]), {"nvidia": NV})
+    assert rep["stranded"] == ["Job ml/cuda12-job"]
 
 
 def test_terminating_and_bare_pods_never_refuse_a_window():
