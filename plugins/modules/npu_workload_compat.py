@@ -24,7 +24,7 @@ description:
     distinct constraint among their pods). DaemonSets are left out (their controller places one pod
     per node and follows the labels). Terminal and terminating pods are left out.
   - A node is eligible when its labels admit the workload and its taints and cordon let the pods land
-    (the scheduler's TaintToleration and NodeUnschedulable filters: NoSchedule / NoExecute taints need
+    (the scheduler's TaintToleration and NodeUnschedulable filters - NoSchedule / NoExecute taints need
     a toleration; NotReady nodes carry the node lifecycle controller's taints). The planned nodes are
     uncordoned after the change, as the window uncordons them; their other taints stay.
   - Per workload the report gives the eligible nodes now and after, the planned nodes it loses and
