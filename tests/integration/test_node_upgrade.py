@@ -480,7 +480,11 @@ def test_rbac_role_is_what_the_module_needs():
     assert "delete" not in verbs[("", "nodes")] and "update" not in verbs[("", "nodes")]
     assert "delete" not in verbs[("", "pods")]  # pods leave only through the Eviction API
     assert verbs[("policy", "poddisruptionbudgets")] == {"list"}
-    assert {g for g, _res in verbs} == {"", "policy"}  # no Lease or Event rights cluster-wide
+    # no Lease or Event rights cluster-wide; the workload check only lists pod templates and owners
+    assert {g for g, _res in verbs} == {"", "policy", "apps", "batch"}
+    assert {verbs[k] == {"list"} for k in verbs if k[0] in ("apps", "batch")} == {True}
+    assert {res for g, res in verbs if g in ("apps", "batch")} == {
+        "deployments", "replicasets", "statefulsets", "jobs", "cronjobs"}
     leases = docs["npuops-fleet-leases"]
     assert (leases["kind"], leases["metadata"]["namespace"]) == ("Role", "kube-system")
     named = [r for r in leases["rules"] if r.get("resourceNames")]
