@@ -256,7 +256,7 @@ class WorkloadCompat:
                 self.module.fail_json(msg=str(exc))
         return res
 
-    def list_all(self, api_client, what, kube_auth):
+    def list_kind(self, api_client, what, kube_auth):
         from kubernetes import client as k8s
 
         core, apps, batch = k8s.CoreV1Api(api_client), k8s.AppsV1Api(api_client), k8s.BatchV1Api(api_client)
@@ -302,7 +302,7 @@ class WorkloadCompat:
         t0 = time.monotonic()
         got, requests = {}, 0
         for what in ("nodes", "pods", "deployments", "replicasets", "statefulsets", "jobs", "cronjobs"):
-            got[what], n = self.list_all(api_client, what, kube_auth)
+            got[what], n = self.list_kind(api_client, what, kube_auth)
             requests += n
         workloads = collect_workloads(
             got["pods"], got["deployments"], got["statefulsets"], got["jobs"], got["replicasets"], got["cronjobs"]

@@ -135,6 +135,8 @@ class NodeConstraints:
         # None: no required affinity (every node passes); []: required with no terms (none passes)
         self.terms: Optional[list] = None if required is None else list(required.get("nodeSelectorTerms") or [])
         self.tolerations: list = list(spec.get("tolerations") or [])
+        # canonical once: the taint filter's cache key, looked up once per node per constraint
+        self.tolerations_key: str = json.dumps(self.tolerations, sort_keys=True)
         self._signature: Optional[str] = None
 
     @property

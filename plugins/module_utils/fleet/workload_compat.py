@@ -302,7 +302,7 @@ class _Fleet:
     def admits(self, c: NodeConstraints, name: str) -> bool:
         """The node's taints and cordon let the pod land (TaintToleration, NodeUnschedulable)."""
         taints, cordoned = self.taints[name]
-        key = (json.dumps(c.tolerations, sort_keys=True), taints, cordoned)
+        key = (c.tolerations_key, taints, cordoned)
         if key not in self._admits:
             self._admits[key] = taints_admit(c.tolerations, json.loads(taints), cordoned)
         return self._admits[key]
