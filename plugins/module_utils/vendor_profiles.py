@@ -5,8 +5,8 @@
 returns a merged copy (overrides are merged per key, dicts one level deep) and raises
 :class:`ProfileError` naming the vendor and key for an unknown vendor, an unknown key or a value of
 the wrong type. Label keys follow NVIDIA's GPU Operator / GFD and Rebellions' NPU operator.
-Host-side keys (kernel_modules, main_module, packages, userspace_package, services, smi_command,
-device_glob) are the only definition of that data too: roles read it from npu_driver_facts' ``profile``.
+Host-side keys (kernel_modules, main_module, packaging, packages, userspace_package, services,
+smi_command, device_glob) are the only definition of that data too: roles read it from npu_driver_facts' ``profile``.
 """
 
 from __future__ import annotations
@@ -71,14 +71,112 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
         "device_glob": "/dev/nvidia[0-9]*",
         "smi_command": "nvidia-smi",
         "services": ["nvidia-persistenced", "nvidia-fabricmanager", "nvidia-dcgm", "dcgm"],
-        # {branch} = major version (550), {version} = full version (550.90.07).
-        "packages": [
-            "nvidia-driver-{branch}-server-open",
-            "nvidia-dkms-{branch}-server-open",
-            "libnvidia-compute-{branch}-server",
-            "libnvidia-common-{branch}-server",
-            "nvidia-utils-{branch}-server",
-            "nvidia-compute-utils-{branch}-server",
+        # How the driver is packaged (module_utils/host/packaging.py): detected per host from what is
+        # installed, first match in this order; {branch} = 550, {version} = 550.90.07, {kernel} = the
+        # kernel that will run the module. Names and relationships as the archives publish them.
+        "packaging": [
+            # NVIDIA's CUDA repository: its meta packages pull Ubuntu-named packages, so they come first
+            {
+                "name": "cuda-repo-open",
+                "build": "dkms",
+                "packages": ["nvidia-open-{branch}"],
+                "detect": ["nvidia-open-[0-9]*", "nvidia-open"],
+            },
+            {
+                "name": "cuda-repo",
+                "build": "dkms",
+                "packages": ["cuda-drivers-{branch}"],
+                "detect": ["cuda-drivers-[0-9]*", "cuda-drivers"],
+            },
+            # Ubuntu: precompiled modules signed by Canonical, one package per kernel
+            {
+                "name": "ubuntu-precompiled-server-open",
+                "build": "precompiled",
+                "packages": [
+                    "linux-modules-nvidia-{branch}-server-open-{kernel}",
+                    "nvidia-kernel-common-{branch}-server",
+                    "libnvidia-compute-{branch}-server",
+                    "libnvidia-common-{branch}-server",
+                    "nvidia-utils-{branch}-server",
+                    "nvidia-compute-utils-{branch}-server",
+                ],
+                "detect": ["linux-modules-nvidia-*-server-open-*"],
+            },
+            {
+                "name": "ubuntu-precompiled-server",
+                "build": "precompiled",
+                "packages": [
+                    "linux-modules-nvidia-{branch}-server-{kernel}",
+                    "nvidia-kernel-common-{branch}-server",
+                    "libnvidia-compute-{branch}-server",
+                    "libnvidia-common-{branch}-server",
+                    "nvidia-utils-{branch}-server",
+                    "nvidia-compute-utils-{branch}-server",
+                ],
+                "detect": ["linux-modules-nvidia-*-server-[0-9]*"],
+            },
+            # Ubuntu: DKMS
+            {
+                "name": "ubuntu-server-open",
+                "build": "dkms",
+                "packages": [
+                    "nvidia-driver-{branch}-server-open",
+                    "nvidia-dkms-{branch}-server-open",
+                    "libnvidia-compute-{branch}-server",
+                    "libnvidia-common-{branch}-server",
+                    "nvidia-utils-{branch}-server",
+                    "nvidia-compute-utils-{branch}-server",
+                ],
+                "detect": ["nvidia-dkms-*-server-open"],
+            },
+            {
+                "name": "ubuntu-server",
+                "build": "dkms",
+                "packages": [
+                    "nvidia-driver-{branch}-server",
+                    "nvidia-dkms-{branch}-server",
+                    "libnvidia-compute-{branch}-server",
+                    "libnvidia-common-{branch}-server",
+                    "nvidia-utils-{branch}-server",
+                    "nvidia-compute-utils-{branch}-server",
+                ],
+                "detect": ["nvidia-dkms-*-server"],
+            },
+            # Debian's archive (non-free): the release's current branch, its open flavour, Tesla branches
+            {
+                "name": "debian-tesla",
+                "build": "dkms",
+                "packages": [
+                    "nvidia-tesla-{branch}-kernel-dkms",
+                    "nvidia-tesla-{branch}-smi",
+                    "libnvidia-tesla-{branch}-ml1",
+                    "firmware-nvidia-tesla-{branch}-gsp",
+                ],
+                "detect": ["nvidia-tesla-*-kernel-dkms"],
+            },
+            {
+                "name": "debian-open",
+                "build": "dkms",
+                "packages": ["nvidia-open-kernel-dkms", "nvidia-smi", "libnvidia-ml1", "firmware-nvidia-gsp"],
+                "detect": ["nvidia-open-kernel-dkms"],
+            },
+            {
+                "name": "debian",
+                "build": "dkms",
+                "packages": ["nvidia-kernel-dkms", "nvidia-smi", "libnvidia-ml1", "firmware-nvidia-gsp"],
+                "detect": ["nvidia-kernel-dkms"],
+            },
+        ],
+        # a host with no driver package installed
+        "packaging_default": "ubuntu-server-open",
+        # moved with the driver, at exactly its version, where installed: the fabric manager (NVSwitch
+        # systems) and its NSCQ library; the CUDA repository's newer releases drop the branch from the name
+        "companion_packages": [
+            {
+                "detect": ["nvidia-fabricmanager-[0-9]*"],
+                "packages": ["nvidia-fabricmanager-{branch}", "libnvidia-nscq-{branch}"],
+            },
+            {"detect": ["nvidia-fabricmanager"], "packages": ["nvidia-fabricmanager", "libnvidia-nscq"]},
         ],
         # The package that carries the userspace driver library.
         "userspace_package": "libnvidia-compute-{branch}-server",
@@ -119,7 +217,7 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
         "device_glob": "/dev/rbln[0-9]*",
         "smi_command": "rbln-smi",
         "services": ["rbln-daemon"],
-        "packages": ["rbln-driver"],
+        "packaging": [{"name": "rbln", "build": "dkms", "packages": ["rbln-driver"], "detect": ["rbln-driver"]}],
         "userspace_package": "rbln-driver",
         "package_families": ["rbln-*", "rebellions-*"],
         "package_version_suffix": "",
@@ -141,7 +239,6 @@ _REQUIRED_TYPES: dict[str, type] = {
     "resource_prefixes": list,
     "kernel_modules": list,
     "smi_command": str,
-    "packages": list,
     "tag_format": str,
 }
 _OPTIONAL_TYPES: dict[str, type] = {
@@ -153,6 +250,11 @@ _OPTIONAL_TYPES: dict[str, type] = {
     "main_module": str,
     "device_glob": str,
     "services": list,
+    # packages: an explicit target set (a custom vendor's, or an override); it wins over packaging
+    "packages": list,
+    "packaging": list,
+    "packaging_default": str,
+    "companion_packages": list,
     "userspace_package": str,
     "package_families": list,
     "package_version_suffix": str,
@@ -219,6 +321,19 @@ def validate_profile(vendor: str, profile: Mapping[str, Any]) -> None:
             )
     if not profile["driver_version_labels"]:
         raise ProfileError("vendor profile %r: driver_version_labels must not be empty" % vendor)
+    if not profile.get("packages") and not profile.get("packaging"):
+        raise ProfileError("vendor profile %r: needs packaging flavours or a packages list" % vendor)
+    for i, flavour in enumerate(profile.get("packaging") or []):
+        if not isinstance(flavour, Mapping) or not flavour.get("name") or not flavour.get("packages"):
+            raise ProfileError("vendor profile %r: packaging[%d] needs a name and packages" % (vendor, i))
+        if flavour.get("build") not in ("dkms", "precompiled"):
+            raise ProfileError(
+                "vendor profile %r: packaging flavour %r: build must be dkms or precompiled, got %r"
+                % (vendor, flavour["name"], flavour.get("build"))
+            )
+    default = profile.get("packaging_default")
+    if default and default not in [f["name"] for f in profile.get("packaging") or []]:
+        raise ProfileError("vendor profile %r: packaging_default %r is not one of its flavours" % (vendor, default))
 
 
 def deploy_label_keys(profile: Mapping[str, Any]) -> list[str]:

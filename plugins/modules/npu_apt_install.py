@@ -25,6 +25,14 @@ options:
       - Package name -> exact package version (with Debian revision) to install.
     type: dict
     required: true
+  remove:
+    description:
+      - Packages to remove in the same transaction (apt's C(name-) form) - the old branch's or old
+        flavour's packages a branch change leaves behind, per-kernel module packages included. A name
+        that is not installed is ignored. After the run every one of them must be gone, else the task fails.
+    type: list
+    elements: str
+    default: []
   allow_downgrade:
     description:
       - Pass C(--allow-downgrades).
@@ -75,6 +83,10 @@ before:
   type: dict
 not_at_target:
   description: The packages of O(packages) not at their version after the run -> their version.
+  returned: always
+  type: dict
+still_installed:
+  description: The packages of O(remove) still installed after the run -> their version (empty in check mode).
   returned: always
   type: dict
 kept_back:
@@ -175,6 +187,7 @@ def main():
             allow_downgrade=dict(type="bool", default=False),
             lock_timeout=dict(type="int", default=60),
             simulate_release=dict(type="list", elements="str", default=[]),
+            remove=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,
     )
@@ -182,8 +195,12 @@ def main():
     targets = {str(k): str(v) for k, v in p["packages"].items()}
     if not targets:
         module.fail_json(msg="packages must name at least one package")
+    both = sorted(set(targets) & set(p["remove"]))
+    if both:
+        module.fail_json(msg="packages to install and to remove overlap: %s" % ", ".join(both))
     apt_get = module.get_bin_path("apt-get", required=True)
     before = versions(module, targets)
+    removing = {n: v for n, v in versions(module, p["remove"]).items() if v} if p["remove"] else {}
     argv = [
         apt_get,
         "-y",
@@ -203,7 +220,7 @@ def main():
         if p["simulate_release"]:
             status_copy = released_status(module, p["simulate_release"])
             argv += ["-o", "Dir::State::status=%s" % status_copy]
-    argv += ["install"] + ["%s=%s" % (n, v) for n, v in sorted(targets.items())]
+    argv += ["install"] + ["%s=%s" % (n, v) for n, v in sorted(targets.items())] + ["%s-" % n for n in sorted(removing)]
     try:
         rc, out, err = module.run_command(argv, environ_update=ENV)
     finally:
@@ -211,12 +228,24 @@ def main():
             os.unlink(status_copy)
     after = before if module.check_mode else versions(module, targets)
     judged = apt_output.install_outcome(rc, out, err, targets, targets if module.check_mode else after)
-    changed = (rc == 0 and any(before[n] != targets[n] for n in targets)) if module.check_mode else after != before
+    left = {} if module.check_mode or not removing else {n: v for n, v in versions(module, removing).items() if v}
+    if left and judged["ok"]:
+        judged["ok"] = False
+        judged["msg"] = "apt exited %d but left installed what the transaction removes: %s" % (
+            rc,
+            ", ".join("%s %s" % nv for nv in sorted(left.items())),
+        )
+    changed = (
+        (rc == 0 and (any(before[n] != targets[n] for n in targets) or bool(removing)))
+        if module.check_mode
+        else (after != before or bool(removing))
+    )
     result = dict(
         changed=changed,
         installed=after,
         before=before,
         not_at_target=judged["not_at_target"],
+        still_installed=left,
         kept_back=judged["kept_back"],
         unmet=judged["unmet"],
         dkms_build_failures=judged["dkms_build_failures"],

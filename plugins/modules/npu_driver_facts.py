@@ -52,8 +52,8 @@ options:
   userspace_packages:
     description:
       - fnmatch patterns of the package whose version is the userspace version when the smi tool
-        cannot tell it. Default C(nvidia-utils-*), C(nvidia-smi), C(nvidia-driver-*) for nvidia;
-        the profile's C(packages) otherwise.
+        cannot tell it. Default C(nvidia-utils-*), C(nvidia-smi), C(nvidia-tesla-*-smi), C(nvidia-driver-*)
+        for nvidia; the C(detect) patterns of the profile's packaging flavours otherwise.
     type: list
     elements: str
   smi_query_fields:
@@ -66,6 +66,18 @@ options:
     description: APT history log to read.
     type: path
     default: /var/log/apt/history.log
+  packaging:
+    description:
+      - The packaging flavour of the profile's C(packaging) list that carries the driver on this host
+        (RV(packaging)) - C(auto) detects it from the installed packages (first flavour in the
+        profile's order with an installed C(detect) package; none installed gives C(packaging_default)).
+      - Built in for nvidia - C(cuda-repo-open), C(cuda-repo) (NVIDIA's CUDA repository),
+        C(ubuntu-precompiled-server-open), C(ubuntu-precompiled-server) (Canonical's signed
+        C(linux-modules-nvidia-<branch>-server[-open]-<kernel>)), C(ubuntu-server-open), C(ubuntu-server)
+        (DKMS), C(debian-tesla), C(debian-open), C(debian) (Debian's archive); C(rbln) for rebellions.
+      - A name the profile does not have is reported in RV(packaging.error), not a failure.
+    type: str
+    default: auto
   device_holders:
     description:
       - Also name the processes that hold the vendor's device files open (RV(device_holders)), by their
@@ -326,6 +338,13 @@ dkms:
       description: The driver's DKMS module names dkms knows.
       type: list
       elements: str
+    build_logs:
+      description:
+        - DKMS build logs of the driver's module at O(expected_version) (any version without it) -
+          C(/var/lib/dkms/<module>/<version>/build/make.log) (dkms 3.0) and
+          C(/var/lib/dkms/<module>/<version>/<boot kernel>/<arch>/log/make.log) (dkms 3.1).
+      type: list
+      elements: str
     boot_kernel:
       description: RV(boot_kernel).
       type: str
@@ -406,6 +425,91 @@ secure_boot:
       description: mokutil's other lines (C(SecureBoot validation is disabled in shim)); null otherwise.
       type: str
   sample: {state: enabled, source: efivar, detail: null}
+packaging:
+  description:
+    - The packaging flavour chosen for the host (see O(packaging)) and whether the driver module can be
+      had for the running and the boot kernel - what the role's preflight refuses on before any cordon.
+    - A DKMS flavour needs each kernel's build tree (C(/lib/modules/<kernel>/build), shipped by
+      C(linux-headers-<kernel>)); with Secure Boot enabled it needs DKMS's signing key
+      (C(/var/lib/dkms/mok.pub) or C(/var/lib/shim-signed/mok/MOK.der)) enrolled (C(mokutil --test-key)),
+      else the kernel would refuse the module it builds. A precompiled flavour needs its per-kernel package
+      from apt, which the role checks with the target set.
+  returned: always
+  type: dict
+  contains:
+    name:
+      description: The flavour; null when O(packaging) names one the profile lacks.
+      type: str
+    build:
+      description: C(dkms) or C(precompiled).
+      type: str
+    packages:
+      description: The flavour's package templates (C({branch}), C({version}), C({kernel})).
+      type: list
+      elements: str
+    source:
+      description: C(requested), C(profile) (the profile's explicit C(packages)), C(detected) or C(default).
+      type: str
+    evidence:
+      description: The installed packages that identify the flavour.
+      type: list
+      elements: str
+    installed_flavours:
+      description: Every flavour with an installed package, C({name, evidence}), in the profile's order.
+      type: list
+      elements: dict
+    kernels:
+      description: Kernel -> C({build_dir, headers_package, headers_installed}) for the running and boot kernel.
+      type: dict
+    signing:
+      description:
+        - With Secure Boot enabled and a DKMS flavour, C({key, enrolled}) (enrolled null when mokutil is
+          missing); else null.
+      type: dict
+    problems:
+      description:
+        - Why the module could not be built or loaded, each naming the kernel and the package or key;
+          empty when fine.
+      type: list
+      elements: str
+    error:
+      description: Why O(packaging) could not be used; null otherwise.
+      type: str
+    kernel:
+      description:
+        - The kernel that will run the target driver - O(kernel_release) for a kernel patch, else RV(boot_kernel).
+      type: str
+    target:
+      description: With O(expected_version) - the flavour's packages at that version, installed at exactly it.
+      type: list
+      elements: str
+    target_kernel:
+      description:
+        - With O(expected_version) - the flavour's per-kernel packages for RV(packaging.kernel)
+          (C(linux-modules-nvidia-550-server-open-5.15.0-119-generic)); they carry the kernel's version,
+          not the driver's, so apt's newest is taken.
+      type: list
+      elements: str
+    companions:
+      description:
+        - With O(expected_version) - the profile's C(companion_packages) groups the host has (NVIDIA's
+          fabric manager and NSCQ library), each C({packages, templates, evidence}); their packages at the
+          target version are in RV(packaging.target), the old branch's in RV(packaging.leaving).
+      type: list
+      elements: dict
+    leaving:
+      description:
+        - With O(expected_version) - installed packages of the host's current flavour that the target set
+          replaces (another branch's, per-kernel ones of every kernel included, or all of a flavour being
+          left); the install removes them in its transaction.
+      type: list
+      elements: str
+  sample: {name: ubuntu-server-open, build: dkms, source: detected, evidence: [nvidia-dkms-550-server-open],
+           kernels: {5.15.0-119-generic: {build_dir: false, headers_package: linux-headers-5.15.0-119-generic,
+                                          headers_installed: false}},
+           signing: null, error: null,
+           problems: ["kernel 5.15.0-119-generic has no build tree for DKMS
+                       (/lib/modules/5.15.0-119-generic/build): install linux-headers-5.15.0-119-generic"]}
 fabricmanager:
   description:
     - NVIDIA profile only (null for other vendors) - the installed fabric manager package
@@ -523,6 +627,7 @@ def main():
         proc_version_file=dict(type="path"),
         boot_id_file=dict(type="path", default="/proc/sys/kernel/random/boot_id"),
         device_holders=dict(type="bool", default=False),
+        packaging=dict(type="str", default="auto"),
     )
     spec.update(PROFILE_ARG_SPEC)
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True)

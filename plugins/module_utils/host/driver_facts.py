@@ -35,6 +35,7 @@ from ansible_collections.npuops.fleet.plugins.module_utils.host import (
     dpkg_lock,
     fabricmanager,
     kmod_holders,
+    packaging,
     secure_boot,
 )
 
@@ -60,9 +61,10 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "proc_version_file": None,
     "boot_id_file": "/proc/sys/kernel/random/boot_id",
     "device_holders": False,
+    "packaging": "auto",
 }
 
-NVIDIA_USERSPACE_PACKAGES = ["nvidia-utils-*", "nvidia-smi", "nvidia-driver-*"]
+NVIDIA_USERSPACE_PACKAGES = ["nvidia-utils-*", "nvidia-smi", "nvidia-tesla-*-smi", "nvidia-driver-*"]
 NVIDIA_PROC_VERSION = "/proc/driver/nvidia/version"
 
 
@@ -234,6 +236,16 @@ class Facts:
                 mokutil_text = out + ("\n" + err if err else "")
         return secure_boot.secure_boot_state(efivar, mokutil_text)
 
+    def mok_key(self):
+        """DKMS's signing key and whether it is enrolled: ``{"key": path or None, "enrolled": bool or None}``."""
+        key = next((k for k in packaging.MOK_KEYS if os.path.exists(k)), None)
+        enrolled = None
+        mokutil = self.bin("mokutil") if key else None
+        if mokutil:
+            _rc, out, err = self.run([mokutil, "--test-key", key])
+            enrolled = packaging.parse_mokutil_test_key(out + "\n" + err)
+        return {"key": key, "enrolled": enrolled}
+
     def fabricmanager_log(self):
         journalctl = self.bin("journalctl")
         if not journalctl:
@@ -368,7 +380,7 @@ def gather(runner: Runner, profile: Mapping[str, Any], params: Mapping[str, Any]
     # userspace version: nvidia-smi query > package version > NVML mismatch line (major.minor only; it wins
     # over a package version it contradicts: the library that runs is what NVML reports, case C1)
     user_patterns = p["userspace_packages"] or (NVIDIA_USERSPACE_PACKAGES if is_nvidia else None) or [
-        pkg.replace("{branch}", "*").replace("{version}", "*") for pkg in profile.get("packages", [])
+        pat for fl in packaging.flavours(profile) for pat in fl["detect"]
     ]
     user_pkg = None
     for pat in user_patterns:
@@ -406,7 +418,51 @@ def gather(runner: Runner, profile: Mapping[str, Any], params: Mapping[str, Any]
     # DKMS for the boot kernel (the driver's DKMS names: dkms.DRIVER_DKMS_MODULES), Secure Boot, fabric manager
     dkms_text, dkms_rc = f.dkms_status()
     dkms_facts = dkms.kernel_facts(dkms_text, dkms_rc or 0, module_name, boot_kernel, p["expected_version"])
+    # DKMS build logs of the driver's module: dkms 3.0 keeps build/make.log, 3.1 <kernel>/<arch>/log/make.log
+    logs = []
+    for name in dkms_facts["driver_modules"]:
+        ver = normalize_version(p["expected_version"]) or "*"
+        for pattern in ("/var/lib/dkms/%s/%s*/build/make.log" % (name, ver),
+                        "/var/lib/dkms/%s/%s*/%s/*/log/make.log" % (name, ver, boot_kernel)):
+            logs += sorted(glob.glob(pattern))
+    dkms_facts["build_logs"] = logs
     sb = f.secure_boot()
+
+    # packaging flavour and whether the module can be built (or is shipped) for the running and boot kernel
+    present = list(installed_pkgs)
+    try:
+        flavour = packaging.choose(profile, present, p["packaging"])
+    except packaging.PackagingError as exc:
+        flavour = {"name": None, "build": None, "packages": [], "source": None, "evidence": [],
+                   "installed_flavours": packaging.installed_flavours(profile, present), "error": str(exc)}
+    kernels = [running, boot_kernel]
+    build = packaging.buildability(
+        flavour, kernels, {k: os.path.exists("/lib/modules/%s/build" % k) for k in kernels}, present,
+        sb["state"], f.mok_key() if flavour.get("build") == "dkms" and sb["state"] == "enabled" else None,
+    )
+    pack = dict(flavour, **build)
+    pack.setdefault("error", None)
+    # the target set for expected_version on the kernel that will run it, and what it replaces
+    patch = kmod_versions.kernel_patch_check(installed, running, p["kernel_release"]) if p["kernel_release"] else None
+    run_kernel = p["kernel_release"] if patch and patch.get("needed") else boot_kernel
+    pack["kernel"] = run_kernel
+    pack["target"], pack["target_kernel"], pack["leaving"], pack["companions"] = [], [], [], []
+    if p["expected_version"] and pack["name"]:
+        names = packaging.target_packages(pack, p["expected_version"], run_kernel)
+        per_kernel = [n for n, t in zip(names, pack["packages"]) if "{kernel}" in t]
+        pack["companions"] = packaging.companions(profile, present, p["expected_version"])
+        extra = [n for c in pack["companions"] for n in c["packages"] if n not in names]
+        pack["target"] = [n for n in names if n not in per_kernel] + extra
+        pack["target_kernel"] = per_kernel
+        old = next((fl for fl in packaging.flavours(profile) if fl["name"] in
+                    [x["name"] for x in pack["installed_flavours"]]), None)
+        pack["leaving"] = packaging.leaving_packages(old, pack, present, names + extra, p["expected_version"])
+        for c in pack["companions"]:
+            pack["leaving"] += packaging.leaving_packages(
+                {"name": "companion", "packages": c["templates"]}, {"name": "companion"}, present,
+                names + extra, p["expected_version"],
+            )
+        pack["leaving"] = sorted(set(pack["leaving"]))
     fm = None
     if is_nvidia:
         if user_pkg:
@@ -465,9 +521,7 @@ def gather(runner: Runner, profile: Mapping[str, Any], params: Mapping[str, Any]
         "boot_kernel_source": "param" if p["boot_kernel"] else "newest_installed",
         "installed_kernels": installed,
         "kernel_reboot_pending": boot_kernel != running,
-        "kernel_patch": (
-            kmod_versions.kernel_patch_check(installed, running, p["kernel_release"]) if p["kernel_release"] else None
-        ),
+        "kernel_patch": patch,
         "loaded_version": loaded,
         "loaded_source": loaded_source,
         "on_disk_versions": on_disk,
@@ -504,6 +558,7 @@ def gather(runner: Runner, profile: Mapping[str, Any], params: Mapping[str, Any]
         "device_holders": holders,
         "dkms": dkms_facts,
         "secure_boot": sb,
+        "packaging": pack,
         "identity": f.identity(p["boot_id_file"]),
         "fabricmanager": fm,
         "in_use_reason": in_use,

@@ -238,7 +238,10 @@ def scenario_hosts():
 def packages_for(spec):
     pk = []
     if spec.get("kernel"):
+        # headers too, as Ubuntu's linux-generic brings them: DKMS builds the driver against them
         pk += ["linux-image-" + spec["kernel"]]
+        if spec.get("headers", True):
+            pk += ["linux-headers-" + spec["kernel"]]
     v = spec.get("driver")
     if v and spec.get("accelerator") == "nvidia":
         full = v + "-0ubuntu1"

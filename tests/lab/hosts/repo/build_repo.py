@@ -165,6 +165,11 @@ def kernel_debs(rel):
         hdr = Deb("linux-headers-" + rel, v, section="devel",
                   description="Linux kernel headers for version %s" % rel)
         hdr.add("/usr/src/linux-headers-%s/Makefile" % rel, "# npuops lab simulated kernel headers %s\n" % rel)
+        # as Ubuntu's: the build link DKMS looks for, and the hooks that build DKMS modules for it
+        hdr.links["/lib/modules/%s/build" % rel] = "/usr/src/linux-headers-%s" % rel
+        hdr.scripts["postinst"] = (
+            'if [ "$1" = configure ] && [ -d /etc/kernel/header_postinst.d ]; then\n'
+            "  run-parts --report --exit-on-error --arg=%s /etc/kernel/header_postinst.d\nfi\n" % rel)
         debs.append(hdr)
 
     img = Deb("linux-image-" + rel, v, depends="linux-modules-%s (= %s)" % (rel, v),
@@ -191,11 +196,20 @@ def kernel_debs(rel):
 
 
 def dkms_scripts(deb, mod, version):
+    # as Ubuntu's dkms common.postinst: a kernel without headers is skipped with a note, a failed build
+    # fails the package's configuration (dpkg: "... returned error exit status 10")
     deb.scripts["postinst"] = (
         'if [ "$1" = configure ]; then\n'
         "  dkms add -m %(m)s -v %(v)s >/dev/null\n"
         "  for k in $(ls /boot | sed -n 's/^vmlinuz-//p'); do\n"
-        "    [ -d /lib/modules/$k ] && dkms install -m %(m)s -v %(v)s -k $k\n"
+        "    [ -d /lib/modules/$k ] || continue\n"
+        "    if [ ! -e /lib/modules/$k/build ]; then\n"
+        "      echo \"Module build for kernel $k was skipped since the kernel headers for this kernel do not"
+        " seem to be installed.\"\n"
+        "      continue\n"
+        "    fi\n"
+        "    echo \"Building initial module for $k\"\n"
+        "    dkms install -m %(m)s -v %(v)s -k $k || exit 10\n"
         "  done\n"
         "  DPKG_MAINTSCRIPT_PACKAGE=%(p)s /usr/share/update-notifier/notify-reboot-required\n"
         "fi\n" % {"m": mod, "v": version, "p": deb.ctl["Package"]})

@@ -48,9 +48,25 @@ def test_override_merges_dicts_and_rejects_unknown_key():
 def test_host_side_keys():
     n, r = resolve_profile("nvidia"), resolve_profile("rebellions")
     assert n["main_module"] == "nvidia" and n["kernel_modules"][-1] == "nvidia"
-    assert n["userspace_package"] == "libnvidia-compute-{branch}-server" and n["userspace_package"] in n["packages"]
+    assert n["userspace_package"] == "libnvidia-compute-{branch}-server"
+    default = [f for f in n["packaging"] if f["name"] == n["packaging_default"]][0]
+    assert n["userspace_package"] in default["packages"] and "packages" not in n
     assert r["main_module"] == "rebellions" and r["userspace_package"] == "rbln-driver"
     p = resolve_profile("nvidia", {"main_module": "nvidia_open", "userspace_package": "libnvidia-gl-{branch}"})
     assert p["main_module"] == "nvidia_open" and p["userspace_package"] == "libnvidia-gl-{branch}"
     with pytest.raises(ProfileError, match="'main_module' must be a str"):
         resolve_profile("nvidia", {"main_module": ["nvidia"]})
+
+
+def test_packaging_flavours_are_validated():
+    with pytest.raises(ProfileError, match="build must be dkms or precompiled"):
+        resolve_profile("nvidia", {"packaging": [{"name": "x", "build": "rpm", "packages": ["a"]}]})
+    with pytest.raises(ProfileError, match="packaging_default 'nope' is not one of its flavours"):
+        resolve_profile("nvidia", {"packaging_default": "nope"})
+    with pytest.raises(ProfileError, match="needs packaging flavours or a packages list"):
+        resolve_profile("rebellions", {"packaging": []})
+    # a custom vendor may still give a plain packages list
+    p = resolve_profile(
+        "acme", extra_vendors={"acme": {"base": "rebellions", "packaging": None, "packages": ["acme-drv"]}}
+    )
+    assert p["packages"] == ["acme-drv"]

@@ -9,6 +9,7 @@ import pytest
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.npuops.fleet.plugins.module_utils.host import driver_facts as df
+from ansible_collections.npuops.fleet.plugins.module_utils.vendor_profiles import resolve_profile
 from ansible_collections.npuops.fleet.plugins.modules import npu_driver_facts as mod
 
 FIX = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures")
@@ -199,7 +200,8 @@ def test_rebellions(monkeypatch, capsys):
     assert f["verdict"] == "ok" and f["expected_match"] is True
     prof = f["profile"]
     assert prof["name"] == "rebellions" and prof["main_module"] == "rebellions"
-    assert prof["kernel_modules"] == ["rebellions"] and prof["packages"] == ["rbln-driver"]
+    assert prof["kernel_modules"] == ["rebellions"] and prof["packaging"][0]["packages"] == ["rbln-driver"]
+    assert (f["packaging"]["name"], f["packaging"]["build"], f["packaging"]["source"]) == ("rbln", "dkms", "default")
     assert prof["userspace_package"] == "rbln-driver" and prof["services"] == ["rbln-daemon"]
     assert prof["smi_command"] == "rbln-smi" and prof["device_glob"] == "/dev/rbln[0-9]*"
 
@@ -224,7 +226,7 @@ def test_profile_returned_with_overrides(monkeypatch, capsys):
     assert prof["name"] == "nvidia" and prof["services"] == ["nvidia-persistenced"]
     assert prof["kernel_modules"] == ["nvidia_drm", "nvidia_modeset", "nvidia_uvm", "nvidia"]
     assert prof["userspace_package"] == "libnvidia-compute-{branch}-server"
-    assert "nvidia-driver-{branch}-server-open" in prof["packages"]
+    assert "nvidia-driver-{branch}-server-open" in [p for f in prof["packaging"] for p in f["packages"]]
     assert r["module"] == "nvidia"
 
 
@@ -234,7 +236,7 @@ def test_main_module_is_the_module_read(monkeypatch, capsys):
     run_module(monkeypatch, host, {"vendor": "gpux", "vendor_profiles": extra}, boot=("vmlinuz-5.15.0-177-generic",))
     r = result(capsys)
     assert r["module"] == "gpux" and r["loaded_version"] == "580.126.09" and r["loaded_source"] == "sys_module"
-    assert r["profile"]["name"] == "gpux" and r["profile"]["packages"][0] == "nvidia-driver-{branch}-server-open"
+    assert r["profile"]["name"] == "gpux" and r["profile"]["packaging"] == resolve_profile("nvidia")["packaging"]
 
 
 def test_unknown_vendor_fails(monkeypatch, capsys):
@@ -540,3 +542,54 @@ def test_module_runner_runs_in_the_c_locale():
     assert runner.run(["modinfo", "-k", "x"]) == (1, "", "boom")
     assert calls == [(["modinfo", "-k", "x"], {"environ_update": {"LC_ALL": "C"}})]
     assert runner.bin("modinfo") == "/usr/sbin/modinfo"
+
+
+def test_packaging_target_and_buildability(monkeypatch, capsys):
+    """An Ubuntu DKMS host on 580 with the fabric manager, headers only for the running kernel, Secure
+    Boot on and DKMS's key not enrolled; the window plans 590 (a branch change)."""
+    host = Host(fixture("nvidia-smi-query-ok.txt"), 0, {
+        "/lib/modules/5.15.0-177-generic/build": "",
+        "/var/lib/dkms/mok.pub": "",
+        "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-e0a9e9d6c3ae": b"\x06\x00\x00\x00\x01",
+    }, {})
+    host.dpkg_query = DPKG_QUERY + (
+        "nvidia-fabricmanager-580\t580.159.03-0ubuntu0.22.04.1\thi \n"
+        "libnvidia-nscq-580\t580.159.03-0ubuntu0.22.04.1\tii \n"
+        "linux-headers-5.15.0-177-generic\t5.15.0-177.187\tii \n"
+        "nvidia-container-toolkit\t1.17.8-1\tii \n"
+    )
+    host.mokutil = (0, "/var/lib/dkms/mok.pub is not enrolled\n", "")
+    run_module(monkeypatch, host, {"vendor": "nvidia", "expected_version": "590.48.01"})
+    pk = result(capsys)["packaging"]
+    assert (pk["name"], pk["build"], pk["source"]) == ("ubuntu-server-open", "dkms", "detected")
+    assert pk["kernel"] == "5.15.0-179-generic"  # the newest installed kernel boots next
+    assert pk["target"] == [
+        "nvidia-driver-590-server-open", "nvidia-dkms-590-server-open", "libnvidia-compute-590-server",
+        "libnvidia-common-590-server", "nvidia-utils-590-server", "nvidia-compute-utils-590-server",
+        "nvidia-fabricmanager-590", "libnvidia-nscq-590",
+    ]
+    assert pk["target_kernel"] == []
+    assert pk["leaving"] == [
+        "libnvidia-compute-580-server", "libnvidia-nscq-580", "nvidia-dkms-580-server-open",
+        "nvidia-fabricmanager-580", "nvidia-utils-580-server",
+    ]
+    assert pk["kernels"]["5.15.0-177-generic"]["build_dir"] is True
+    assert pk["kernels"]["5.15.0-179-generic"] == {
+        "build_dir": False, "headers_package": "linux-headers-5.15.0-179-generic", "headers_installed": False}
+    assert pk["problems"] == [
+        "kernel 5.15.0-179-generic has no build tree for DKMS (/lib/modules/5.15.0-179-generic/build):"
+        " install linux-headers-5.15.0-179-generic",
+        "Secure Boot is enabled and DKMS's signing key /var/lib/dkms/mok.pub is not enrolled (mokutil --test-key):"
+        " the kernel would refuse the module it builds",
+    ]
+    assert pk["signing"] == {"key": "/var/lib/dkms/mok.pub", "enrolled": False}
+    assert ["/usr/bin/mokutil", "--test-key", "/var/lib/dkms/mok.pub"] in host.calls
+
+
+def test_packaging_request_the_profile_lacks_is_reported(monkeypatch, capsys):
+    host = Host(fixture("nvidia-smi-query-ok.txt"), 0, {}, {})
+    run_module(monkeypatch, host, {"vendor": "nvidia", "expected_version": "590.48.01", "packaging": "suse"})
+    r = result(capsys)
+    assert not r.get("failed")  # reported, the role refuses on it
+    pk = r["packaging"]
+    assert pk["name"] is None and pk["target"] == [] and "'suse' is not in vendor profile 'nvidia'" in pk["error"]

@@ -1,0 +1,236 @@
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Packaging flavours: which packages carry a vendor's driver on a host, and whether it can be built.
+
+A flavour is data in the vendor profile's ``packaging`` list (pure; no I/O here)::
+
+    {"name": "ubuntu-server-open",           # what driver_upgrade_packaging names
+     "build": "dkms" | "precompiled",        # DKMS builds the module on the host, or a package ships it
+     "packages": ["nvidia-driver-{branch}-server-open", ...],   # the target set; {branch} = 550,
+                                             # {version} = 550.90.07, {kernel} = the kernel that runs it
+     "detect": ["nvidia-dkms-*-server-open"]}  # fnmatch patterns of installed packages that mark it
+
+Detection takes the first flavour in list order with an installed package matching ``detect``, so
+markers that co-exist with another flavour's packages come first (NVIDIA's CUDA repository installs
+Ubuntu-named packages under ``cuda-drivers-<branch>``). A host with none gets ``packaging_default``.
+A profile's explicit ``packages`` list (a custom vendor, or an override) is one more flavour,
+``packages`` (built with DKMS), chosen whenever nothing is requested: the user said what to install.
+
+Package names follow the real archives: Ubuntu's ``nvidia-driver-<branch>-server[-open]`` (DKMS) and
+``linux-modules-nvidia-<branch>-server[-open]-<kernel>`` (precompiled, signed by Canonical); Debian's
+``nvidia-kernel-dkms`` / ``nvidia-open-kernel-dkms`` / ``nvidia-tesla-<branch>-kernel-dkms`` (apt-cache
+of bookworm and trixie, tests/lab/realpkg/FINDINGS.md); NVIDIA's CUDA repository ``cuda-drivers-<branch>``
+and ``nvidia-open-<branch>``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from typing import Any, Iterable, Mapping, Optional
+
+BUILDS = ("dkms", "precompiled")
+
+# Where DKMS finds its signing key (dkms >= 3 generates /var/lib/dkms/mok.*; Ubuntu's shim-signed
+# update-secureboot-policy makes /var/lib/shim-signed/mok/MOK.*): the public half, DER.
+MOK_KEYS = ("/var/lib/dkms/mok.pub", "/var/lib/shim-signed/mok/MOK.der")
+
+
+class PackagingError(ValueError):
+    """A requested flavour that is not in the profile (the message lists the known ones)."""
+
+
+def flavours(profile: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The profile's flavours in detection order (an explicit ``packages`` list first, as ``packages``).
+    The profile is one ``vendor_profiles.resolve_profile`` validated (names, builds, packages)."""
+    out: list[dict[str, Any]] = []
+    if profile.get("packages"):
+        pk = list(profile["packages"])
+        out.append({"name": "packages", "build": "dkms", "packages": pk, "detect": [_wild(p) for p in pk]})
+    for fl in profile.get("packaging") or []:
+        out.append(
+            {
+                "name": str(fl["name"]),
+                "build": fl["build"],
+                "packages": [str(p) for p in fl["packages"]],
+                "detect": [str(p) for p in (fl.get("detect") or [_wild(p) for p in fl["packages"]])],
+            }
+        )
+    return out
+
+
+def companions(profile: Mapping[str, Any], installed: Iterable[str], version: str) -> list[dict[str, Any]]:
+    """Vendor packages that must move in lock-step with the driver where the host has them (profile key
+    ``companion_packages``: ``[{"detect": [patterns], "packages": [templates]}]``): NVIDIA's fabric manager
+    and its NSCQ library must be exactly the driver's version on NVSwitch systems, else
+    ``nvidia-fabricmanager`` refuses to start. -> ``[{"packages": [names at version], "templates",
+    "evidence"}]`` for each group with an installed ``detect`` package."""
+    names = sorted(set(installed))
+    branch = _branch(version)
+    res = []
+    for group in profile.get("companion_packages") or []:
+        hits = [n for n in names if any(fnmatch.fnmatchcase(n, pat) for pat in group.get("detect") or [])]
+        if hits:
+            tmpls = [str(t) for t in group.get("packages") or []]
+            res.append(
+                {
+                    "packages": [t.replace("{branch}", branch).replace("{version}", str(version)) for t in tmpls],
+                    "templates": tmpls,
+                    "evidence": hits,
+                }
+            )
+    return res
+
+
+def _branch(version: str) -> str:
+    return str(version).split(".", maxsplit=1)[0]
+
+
+def _wild(template: str) -> str:
+    return template.replace("{branch}", "*").replace("{version}", "*").replace("{kernel}", "*")
+
+
+def installed_flavours(profile: Mapping[str, Any], installed: Iterable[str]) -> list[dict[str, Any]]:
+    """Every flavour with an installed marker: ``[{"name", "evidence": [package names]}]``, in order."""
+    names = sorted(set(installed))
+    res = []
+    for fl in flavours(profile):
+        hits = [n for n in names if any(fnmatch.fnmatchcase(n, pat) for pat in fl["detect"])]
+        if hits:
+            res.append({"name": fl["name"], "evidence": hits})
+    return res
+
+
+def choose(profile: Mapping[str, Any], installed: Iterable[str], requested: Optional[str] = "auto") -> dict[str, Any]:
+    """The flavour for this host: ``{"name", "build", "packages", "detect", "source", "evidence",
+    "installed_flavours"}``. ``source`` is ``requested`` (``requested`` names it), ``profile`` (the
+    profile's explicit ``packages``), ``detected`` (first installed flavour) or ``default`` (none
+    installed: ``packaging_default``, else the first flavour).
+
+    Raises PackagingError for a requested name the profile does not have (the known names listed)."""
+    fls = flavours(profile)
+    if not fls:
+        raise PackagingError("vendor profile %r has neither packaging flavours nor packages" % profile.get("name"))
+    by_name = {f["name"]: f for f in fls}
+    found = installed_flavours(profile, installed)
+    if requested and requested != "auto":
+        if requested not in by_name:
+            raise PackagingError(
+                "packaging flavour %r is not in vendor profile %r; known: auto, %s"
+                % (requested, profile.get("name"), ", ".join(by_name))
+            )
+        pick, source = by_name[requested], "requested"
+        evidence = next((f["evidence"] for f in found if f["name"] == requested), [])
+    elif "packages" in by_name:
+        pick, source = by_name["packages"], "profile"
+        evidence = next((f["evidence"] for f in found if f["name"] == "packages"), [])
+    elif found:
+        pick, source, evidence = by_name[found[0]["name"]], "detected", found[0]["evidence"]
+    else:
+        default = profile.get("packaging_default")
+        pick = by_name.get(default) if default else None
+        pick, source, evidence = pick or fls[0], "default", []
+    return dict(pick, source=source, evidence=evidence, installed_flavours=found)
+
+
+def target_packages(flavour: Mapping[str, Any], version: str, kernel: str) -> list[str]:
+    """The flavour's package names for driver ``version`` on ``kernel`` (templates filled in)."""
+    branch = _branch(version)
+    return [
+        p.replace("{branch}", branch).replace("{version}", str(version)).replace("{kernel}", kernel)
+        for p in flavour["packages"]
+    ]
+
+
+def _template_re(template: str) -> "re.Pattern[str]":
+    rx = re.escape(template)
+    for key, part in (("branch", r"(?P<branch>[0-9]+)"), ("version", r"[^=]+"), ("kernel", r"[^=]+")):
+        rx = rx.replace(re.escape("{%s}" % key), part, 1).replace(re.escape("{%s}" % key), r"[^=]+")
+    return re.compile("^%s$" % rx)
+
+
+def leaving_packages(
+    old: Optional[Mapping[str, Any]],
+    new: Mapping[str, Any],
+    installed: Iterable[str],
+    target: Iterable[str],
+    version: str,
+) -> list[str]:
+    """Installed packages of the host's old flavour that the target set replaces, removed in the same
+    transaction: on a branch change (535 -> 550) those of another branch, per-kernel module packages
+    (``linux-modules-nvidia-535-server-open-<kernel>``) of every kernel too; on a flavour change (Debian
+    tesla-535 -> current) all of the old flavour's. ``old`` is the host's installed flavour (None: none).
+    The same flavour and branch removes nothing (per-kernel packages of other kernels stay)."""
+    if not old:
+        return []
+    branch = _branch(version)
+    keep = set(target)
+    moved = old["name"] != new["name"]
+    res = []
+    for name in sorted(set(installed) - keep):
+        for tmpl in old["packages"]:
+            m = _template_re(tmpl).match(name)
+            if m and (moved or ("branch" in m.groupdict() and m.group("branch") != branch)):
+                res.append(name)
+                break
+    return res
+
+
+def buildability(
+    flavour: Mapping[str, Any],
+    kernels: Iterable[str],
+    build_dirs: Mapping[str, bool],
+    installed: Iterable[str],
+    secure_boot_state: Optional[str],
+    mok: Optional[Mapping[str, Any]] = None,
+) -> dict[str, Any]:
+    """Whether the driver module can be had for each of ``kernels`` (running and boot), before any cordon.
+
+    DKMS flavours need the kernel's build tree (``/lib/modules/<k>/build``, which ``linux-headers-<k>``
+    ships; ``build_dirs`` says whether it resolves) and, with Secure Boot ``enabled``, a DKMS signing key
+    (``mok``: ``{"key": path or None, "enrolled": bool or None}``) that is enrolled: the kernel refuses
+    an unsigned or unknown-key module ("Key was rejected by service"). Precompiled flavours need their
+    per-kernel package offered by apt, which the caller checks with the target set (their modules are
+    signed by the distribution). Returns ``{"kernels": {k: {"build_dir", "headers_package",
+    "headers_installed"}}, "signing": {...} or None, "problems": [str]}``; problems name the kernel and
+    the package or key.
+    """
+    names = set(installed)
+    res: dict[str, Any] = {"kernels": {}, "signing": None, "problems": []}
+    dkms = flavour.get("build") == "dkms"
+    for k in dict.fromkeys(kernels):
+        pkg = "linux-headers-%s" % k
+        res["kernels"][k] = {
+            "build_dir": bool(build_dirs.get(k)),
+            "headers_package": pkg,
+            "headers_installed": pkg in names,
+        }
+        if dkms and not build_dirs.get(k):
+            res["problems"].append(
+                "kernel %s has no build tree for DKMS (/lib/modules/%s/build): install %s%s"
+                % (k, k, pkg, "" if pkg not in names else " again (it is installed but the build link is missing)")
+            )
+    if dkms and secure_boot_state == "enabled":
+        mok = dict(mok or {})
+        res["signing"] = {"key": mok.get("key"), "enrolled": mok.get("enrolled")}
+        if not mok.get("key"):
+            res["problems"].append(
+                "Secure Boot is enabled and DKMS has no signing key (%s): the module it builds would be"
+                " unsigned and the kernel would refuse to load it" % ", ".join(MOK_KEYS)
+            )
+        elif mok.get("enrolled") is False:
+            res["problems"].append(
+                "Secure Boot is enabled and DKMS's signing key %s is not enrolled (mokutil --test-key):"
+                " the kernel would refuse the module it builds" % mok["key"]
+            )
+    return res
+
+
+def parse_mokutil_test_key(text: Optional[str]) -> Optional[bool]:
+    """``mokutil --test-key <der>`` output -> True (``is already enrolled``), False (``is not enrolled``),
+    None when it says neither."""
+    s = (text or "").lower()
+    if "is already enrolled" in s:
+        return True
+    if "is not enrolled" in s:
+        return False
+    return None

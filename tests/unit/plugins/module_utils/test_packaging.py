@@ -1,0 +1,230 @@
+"""Packaging flavours: detection from installed packages, target sets, what a branch or flavour change
+removes, and buildability (headers, Secure Boot). Package names are the archives' own (apt-cache of
+Debian bookworm/trixie, Ubuntu's nvidia-graphics-drivers-*-server and linux-restricted-modules,
+NVIDIA's CUDA repository)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.npuops.fleet.plugins.module_utils.host import packaging
+from ansible_collections.npuops.fleet.plugins.module_utils.vendor_profiles import resolve_profile
+
+NV = resolve_profile("nvidia")
+
+UBUNTU_DKMS_535 = [
+    "nvidia-driver-535-server-open",
+    "nvidia-dkms-535-server-open",
+    "libnvidia-compute-535-server",
+    "libnvidia-common-535-server",
+    "nvidia-utils-535-server",
+    "nvidia-compute-utils-535-server",
+    "nvidia-kernel-common-535-server",
+    "nvidia-kernel-source-535-server-open",
+    "nvidia-container-toolkit",
+]
+UBUNTU_PRECOMPILED_535 = [
+    "linux-modules-nvidia-535-server-open-5.15.0-119-generic",
+    "linux-modules-nvidia-535-server-open-5.15.0-107-generic",
+    "linux-objects-nvidia-535-server-open-5.15.0-119-generic",
+    "nvidia-kernel-common-535-server",
+    "libnvidia-compute-535-server",
+    "libnvidia-common-535-server",
+    "nvidia-utils-535-server",
+    "nvidia-compute-utils-535-server",
+    "linux-image-5.15.0-119-generic",
+]
+# FINDINGS.md: the headless Debian set apt installs for nvidia-kernel-dkms + nvidia-smi + libnvidia-ml1
+DEBIAN_535 = [
+    "nvidia-kernel-dkms",
+    "nvidia-smi",
+    "libnvidia-ml1",
+    "firmware-nvidia-gsp",
+    "nvidia-persistenced",
+    "nvidia-alternative",
+    "nvidia-kernel-support",
+    "libnvidia-cfg1",
+    "nvidia-legacy-check",
+    "nvidia-kernel-common",
+    "nvidia-installer-cleanup",
+    "nvidia-modprobe",
+    "dkms",
+]
+DEBIAN_TESLA_535 = [
+    "nvidia-tesla-535-kernel-dkms",
+    "nvidia-tesla-535-smi",
+    "libnvidia-tesla-535-ml1",
+    "firmware-nvidia-tesla-535-gsp",
+    "nvidia-tesla-535-alternative",
+    "nvidia-tesla-535-kernel-support",
+    "nvidia-kernel-common",
+    "nvidia-installer-cleanup",
+    "nvidia-modprobe",
+    "dkms",
+]
+# CUDA repository: cuda-drivers-550 pulls Ubuntu-named packages at NVIDIA's versions
+CUDA_REPO_550 = ["cuda-drivers-550", "cuda-drivers", "nvidia-driver-550", "nvidia-dkms-550", "libnvidia-compute-550"]
+
+
+@pytest.mark.parametrize(
+    "installed,name",
+    [
+        (UBUNTU_DKMS_535, "ubuntu-server-open"),
+        ([n.replace("-open", "") for n in UBUNTU_DKMS_535], "ubuntu-server"),
+        (UBUNTU_PRECOMPILED_535, "ubuntu-precompiled-server-open"),
+        ([n.replace("-server-open", "-server") for n in UBUNTU_PRECOMPILED_535], "ubuntu-precompiled-server"),
+        (DEBIAN_535, "debian"),
+        (["nvidia-open-kernel-dkms", "nvidia-smi", "libnvidia-ml1", "firmware-nvidia-gsp"], "debian-open"),
+        (DEBIAN_TESLA_535, "debian-tesla"),
+        (CUDA_REPO_550, "cuda-repo"),
+        (["nvidia-open-570", "nvidia-driver-570-open", "nvidia-dkms-570-open"], "cuda-repo-open"),
+        (["nvidia-open", "nvidia-kernel-open-dkms"], "cuda-repo-open"),
+    ],
+)
+def test_detects_the_installed_flavour(installed, name):
+    got = packaging.choose(NV, installed)
+    assert (got["name"], got["source"]) == (name, "detected")
+    assert got["evidence"]
+
+
+def test_a_host_without_a_driver_gets_the_default_and_a_request_wins():
+    assert packaging.choose(NV, ["bash", "dkms"])[("name")] == "ubuntu-server-open"
+    assert packaging.choose(NV, ["bash"])["source"] == "default"
+    got = packaging.choose(NV, DEBIAN_TESLA_535, "debian")
+    assert (got["name"], got["source"], got["evidence"]) == ("debian", "requested", [])
+    assert [f["name"] for f in got["installed_flavours"]] == ["debian-tesla"]
+    with pytest.raises(
+        packaging.PackagingError, match="'debain' is not in vendor profile 'nvidia'; known: auto, cuda-repo-open"
+    ):
+        packaging.choose(NV, DEBIAN_535, "debain")
+
+
+def test_an_explicit_packages_list_is_what_gets_installed():
+    p = resolve_profile("nvidia", {"packages": ["nvidia-headless-{branch}-server", "nvidia-utils-{branch}-server"]})
+    got = packaging.choose(p, UBUNTU_DKMS_535)
+    assert (got["name"], got["source"], got["build"]) == ("packages", "profile", "dkms")
+    assert packaging.target_packages(got, "550.90.07", "k") == ["nvidia-headless-550-server", "nvidia-utils-550-server"]
+
+
+def test_target_sets():
+    fl = packaging.choose(NV, UBUNTU_PRECOMPILED_535)
+    assert packaging.target_packages(fl, "550.127.05", "5.15.0-121-generic") == [
+        "linux-modules-nvidia-550-server-open-5.15.0-121-generic",
+        "nvidia-kernel-common-550-server",
+        "libnvidia-compute-550-server",
+        "libnvidia-common-550-server",
+        "nvidia-utils-550-server",
+        "nvidia-compute-utils-550-server",
+    ]
+    deb = packaging.choose(NV, DEBIAN_535)
+    assert packaging.target_packages(deb, "535.261.03", "6.1.0-50-amd64") == [
+        "nvidia-kernel-dkms",
+        "nvidia-smi",
+        "libnvidia-ml1",
+        "firmware-nvidia-gsp",
+    ]
+
+
+def test_a_branch_change_removes_the_old_branch_and_its_per_kernel_modules():
+    fl = packaging.choose(NV, UBUNTU_PRECOMPILED_535)
+    target = packaging.target_packages(fl, "550.127.05", "5.15.0-119-generic")
+    assert packaging.leaving_packages(fl, fl, UBUNTU_PRECOMPILED_535, target, "550.127.05") == [
+        "libnvidia-common-535-server",
+        "libnvidia-compute-535-server",
+        "linux-modules-nvidia-535-server-open-5.15.0-107-generic",
+        "linux-modules-nvidia-535-server-open-5.15.0-119-generic",
+        "nvidia-compute-utils-535-server",
+        "nvidia-kernel-common-535-server",
+        "nvidia-utils-535-server",
+    ]
+    # in-branch: nothing leaves, not even the other kernel's module package
+    assert packaging.leaving_packages(fl, fl, UBUNTU_PRECOMPILED_535, [], "535.216.01") == []
+    # the container toolkit is never the driver's
+    dk = packaging.choose(NV, UBUNTU_DKMS_535)
+    gone = packaging.leaving_packages(
+        dk, dk, UBUNTU_DKMS_535, packaging.target_packages(dk, "550.90.07", "k"), "550.90.07"
+    )
+    assert "nvidia-container-toolkit" not in gone and "nvidia-dkms-535-server-open" in gone
+    assert "nvidia-kernel-source-535-server-open" not in gone  # not a flavour package: apt decides
+
+
+def test_a_flavour_change_removes_the_old_flavour():
+    old = packaging.choose(NV, DEBIAN_TESLA_535)
+    new = packaging.choose(NV, DEBIAN_TESLA_535, "debian")
+    target = packaging.target_packages(new, "550.163.01", "6.12.57+deb13-amd64")
+    assert packaging.leaving_packages(old, new, DEBIAN_TESLA_535, target, "550.163.01") == [
+        "firmware-nvidia-tesla-535-gsp",
+        "libnvidia-tesla-535-ml1",
+        "nvidia-tesla-535-kernel-dkms",
+        "nvidia-tesla-535-smi",
+    ]
+    assert packaging.leaving_packages(None, new, DEBIAN_TESLA_535, target, "550.163.01") == []
+
+
+def test_dkms_needs_the_build_tree_of_both_kernels():
+    fl = packaging.choose(NV, UBUNTU_DKMS_535)
+    res = packaging.buildability(
+        fl,
+        ["5.15.0-119-generic", "5.15.0-121-generic"],
+        {"5.15.0-119-generic": True, "5.15.0-121-generic": False},
+        ["linux-headers-5.15.0-119-generic"],
+        "disabled",
+    )
+    assert res["problems"] == [
+        "kernel 5.15.0-121-generic has no build tree for DKMS (/lib/modules/5.15.0-121-generic/build):"
+        " install linux-headers-5.15.0-121-generic"
+    ]
+    assert res["kernels"]["5.15.0-119-generic"] == {
+        "build_dir": True,
+        "headers_package": "linux-headers-5.15.0-119-generic",
+        "headers_installed": True,
+    }
+    # installed but the link is gone
+    res = packaging.buildability(fl, ["k1"], {"k1": False}, ["linux-headers-k1"], "disabled")
+    assert res["problems"][0].endswith("install linux-headers-k1 again (it is installed but the build link is missing)")
+    # the same kernel twice is one check
+    assert len(packaging.buildability(fl, ["k1", "k1"], {}, [], None)["problems"]) == 1
+
+
+def test_precompiled_needs_no_headers_and_no_key():
+    fl = packaging.choose(NV, UBUNTU_PRECOMPILED_535)
+    assert packaging.buildability(fl, ["k"], {"k": False}, [], "enabled")["problems"] == []
+
+
+def test_secure_boot_refuses_an_unsigned_or_unenrolled_dkms_build():
+    fl = packaging.choose(NV, DEBIAN_535)
+    ok = {"k": True}
+    none = packaging.buildability(fl, ["k"], ok, [], "enabled", {"key": None, "enrolled": None})
+    assert "DKMS has no signing key (/var/lib/dkms/mok.pub, /var/lib/shim-signed/mok/MOK.der)" in none["problems"][0]
+    out = packaging.buildability(fl, ["k"], ok, [], "enabled", {"key": "/var/lib/dkms/mok.pub", "enrolled": False})
+    assert "/var/lib/dkms/mok.pub is not enrolled" in out["problems"][0]
+    good = packaging.buildability(fl, ["k"], ok, [], "enabled", {"key": "/var/lib/dkms/mok.pub", "enrolled": True})
+    assert good["problems"] == [] and good["signing"] == {"key": "/var/lib/dkms/mok.pub", "enrolled": True}
+    # mokutil missing: recorded as unknown, not refused
+    unk = packaging.buildability(fl, ["k"], ok, [], "enabled", {"key": "/var/lib/dkms/mok.pub", "enrolled": None})
+    assert unk["problems"] == [] and unk["signing"]["enrolled"] is None
+    assert packaging.buildability(fl, ["k"], ok, [], "disabled")["signing"] is None
+
+
+@pytest.mark.parametrize(
+    "text,want",
+    [
+        ("/var/lib/dkms/mok.pub is already enrolled\n", True),
+        ("/var/lib/shim-signed/mok/MOK.der is not enrolled\n", False),
+        ("EFI variables are not supported on this system\n", None),
+    ],
+)
+def test_mokutil_test_key(text, want):
+    assert packaging.parse_mokutil_test_key(text) is want
+
+
+def test_fabric_manager_moves_with_the_driver_where_installed():
+    host = UBUNTU_DKMS_535 + ["nvidia-fabricmanager-535", "libnvidia-nscq-535"]
+    got = packaging.companions(NV, host, "550.127.05")
+    assert [c["packages"] for c in got] == [["nvidia-fabricmanager-550", "libnvidia-nscq-550"]]
+    assert got[0]["evidence"] == ["nvidia-fabricmanager-535"]
+    assert packaging.companions(NV, UBUNTU_DKMS_535, "550.127.05") == []
+    # the CUDA repository's branchless name stays branchless
+    assert [c["packages"] for c in packaging.companions(NV, ["nvidia-fabricmanager", "cuda-drivers"], "580.95.05")] == [
+        ["nvidia-fabricmanager", "libnvidia-nscq"]
+    ]
