@@ -6,7 +6,8 @@
   hostctl down             stop the agent, remove the hosts' containers and state
   hostctl status           hosts, booted kernel, loaded driver, agent
   hostctl spawn NAME [--accelerator nvidia|rbln|none] [--devices N] [--os 22.04|24.04]
-                           [--kernel R] [--driver V] [--service UNIT]... [--node]
+                           [--kernel R] [--driver V] [--packaging dkms|precompiled]
+                           [--service UNIT]... [--node]
                            scratch host for tests; with --node the agent keeps it behind the
                            (existing) Node NAME
   hostctl rm NAME          remove one host (scratch or scenario)
@@ -246,11 +247,15 @@ def packages_for(spec):
     if v and spec.get("accelerator") == "nvidia":
         full = v + "-0ubuntu1"
         b = v.split(".")[0]
-        pk += ["%s=%s" % (p, full) for p in (
-            "nvidia-driver-%s-server-open" % b, "nvidia-dkms-%s-server-open" % b,
-            "nvidia-utils-%s-server" % b, "nvidia-compute-utils-%s-server" % b,
-            "libnvidia-compute-%s-server" % b,
-            "libnvidia-common-%s-server" % b)]
+        userspace = ("nvidia-utils-%s-server" % b, "nvidia-compute-utils-%s-server" % b,
+                     "libnvidia-compute-%s-server" % b, "libnvidia-common-%s-server" % b)
+        if spec.get("packaging") == "precompiled":
+            # Ubuntu's precompiled flavour: the signed per-kernel module package, no DKMS
+            pk += ["%s=%s" % (p, full) for p in ("nvidia-kernel-common-%s-server" % b,) + userspace]
+            pk += ["linux-modules-nvidia-%s-server-open-%s" % (b, spec["kernel"])]
+        else:
+            pk += ["%s=%s" % (p, full) for p in (
+                "nvidia-driver-%s-server-open" % b, "nvidia-dkms-%s-server-open" % b) + userspace]
     elif v and spec.get("accelerator") == "rbln":
         pk += ["rbln-driver=%s-1" % v]
     return pk
@@ -603,6 +608,8 @@ def cmd_spawn(a):
         spec["driver"] = a.driver
     if a.service:
         spec["services"] = a.service
+    if a.packaging != "dkms":
+        spec["packaging"] = a.packaging
     img, repo = build_image(), build_repo()
     os.makedirs(HOSTS_DIR, exist_ok=True)
     create_host(a.name, spec, img, repo, node=a.node)
@@ -648,6 +655,8 @@ def main():
     s.add_argument("--os", default="22.04", choices=sorted(OS))
     s.add_argument("--kernel")
     s.add_argument("--driver")
+    s.add_argument("--packaging", default="dkms", choices=["dkms", "precompiled"],
+                   help="nvidia: Ubuntu's DKMS packages (default) or its precompiled per-kernel modules")
     s.add_argument("--service", action="append", default=[],
                    help="enable this systemd unit after the driver install (repeatable)")
     s.add_argument("--node", action="store_true",

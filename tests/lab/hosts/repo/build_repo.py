@@ -287,6 +287,36 @@ def nvidia_debs(version):
     return debs
 
 
+def precompiled_debs(version, index):
+    """Ubuntu's precompiled flavour of ``version``: nvidia-kernel-common-<branch>-server and, per kernel,
+    linux-modules-nvidia-<branch>-server-open-<kernel> (linux-restricted-modules) with the relationships of
+    the real ones: the kernel's version plus a rebuild counter (+1, +2 as the branch moves), Depends on
+    the kernel image and on nvidia-kernel-common of exactly that driver (a >= and a <= bound)."""
+    branch = version.split(".")[0]
+    full = version + "-0ubuntu1"
+    sfx = "%s-server" % branch
+    kc = Deb("nvidia-kernel-common-" + sfx, full, section="kernel",
+             description="Shared files used with the kernel module", provides="nvidia-kernel-common",
+             conflicts="nvidia-kernel-common", replaces="nvidia-kernel-common")
+    kc.add("/lib/firmware/nvidia/%s/gsp_ga10x.bin" % version, "simulated GSP firmware %s\n" % version)
+    debs = [kc]
+    for rel in KERNELS:
+        d = Deb("linux-modules-nvidia-%s-open-%s" % (sfx, rel), "%s+%d" % (kver(rel), index), section="kernel",
+                depends="linux-image-%s, nvidia-kernel-common-%s (<= %s-1), nvidia-kernel-common-%s (>= %s)"
+                % (rel, sfx, version, sfx, version),
+                description="Linux kernel nvidia modules for version %s (signed)" % rel)
+        for name, deps in (("nvidia", ""), ("nvidia-modeset", "nvidia"), ("nvidia-drm", "nvidia-modeset"),
+                           ("nvidia-uvm", "nvidia")):
+            d.add("/lib/modules/%s/kernel/nvidia-%ssrv/%s.ko" % (rel, branch, name),
+                  modfile(name.replace("-", "_"), version, rel, deps.replace("-", "_"), name))
+        d.scripts["postinst"] = (
+            'if [ "$1" = configure ] && [ -d /lib/modules/%s/kernel ]; then depmod -a %s; fi\n' % (rel, rel))
+        d.scripts["postrm"] = (
+            'if [ "$1" = remove ] && [ -d /lib/modules/%s/kernel ]; then depmod -a %s || true; fi\n' % (rel, rel))
+        debs.append(d)
+    return debs
+
+
 def rbln_debs(version):
     d = Deb("rbln-driver", version + "-1", section="kernel",
             description="Rebellions NPU driver (kernel module via DKMS, rbln-smi, UMD)")
@@ -309,6 +339,8 @@ def main(out):
     common = []
     for v in NVIDIA:
         common += [d.build(pool) for d in nvidia_debs(v)]
+        same_branch = [x for x in NVIDIA if x.split(".")[0] == v.split(".")[0]]
+        common += [d.build(pool) for d in precompiled_debs(v, same_branch.index(v) + 1)]
     for v in RBLN:
         common += [d.build(pool) for d in rbln_debs(v)]
     for rel, suite in KERNELS.items():

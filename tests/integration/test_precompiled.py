@@ -1,0 +1,152 @@
+"""Ubuntu's precompiled flavour through playbooks/maintenance_window.yml: a branch change and a kernel
+patch in one window, with the per-kernel signed module packages (linux-restricted-modules).
+
+A scratch host behind its own kwok Node runs 550.90.07 from ``linux-modules-nvidia-550-server-open-
+5.15.0-119-generic`` (no DKMS, no headers), hardened by harden.yml. The window moves it to 580.126.09
+and kernel 5.15.0-177-generic: one apt transaction installs the new kernel, its 580 module package
+(the one whose Depends pins nvidia-kernel-common-580-server at 580.126.09, although apt's newest for
+that kernel is the 580.159.03 build) and the 580 userspace, and removes the 550 module package and
+kernel-common; the host reboots into the new kernel, verify sees 580.126.09, and a rerun changes
+nothing. The lab repository models the real packages' relationships (tests/lab/hosts/repo/build_repo.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from labhelpers import create_kwok_nodes, delete_nodes, wait
+from test_host_lost import COLLECTIONS, HOSTCTL, REPO, hostctl, hx, lab_dir
+
+pytestmark = pytest.mark.lab
+
+OLD, TARGET = "550.90.07", "580.126.09"
+K_OLD, K_NEW = "5.15.0-119-generic", "5.15.0-177-generic"
+STATE = "nvidia.com/gpu-driver-upgrade-state"
+
+
+@pytest.fixture
+def precompiled_host(core_v1):
+    name = create_kwok_nodes(
+        core_v1,
+        "lab-lrm",
+        1,
+        labels={"nvidia.com/gpu.present": "true"},
+        capacity={"cpu": "4", "memory": "8Gi", "pods": "110", "nvidia.com/gpu": "2"},
+    )[0]
+    try:
+        hostctl("spawn", name, "--node", "--kernel", K_OLD, "--driver", OLD, "--packaging", "precompiled")
+        wait(
+            f"{name}: driver labels from the node agent",
+            lambda: (core_v1.read_node(name).metadata.labels or {}).get("nvidia.com/cuda.driver.major") == "550",
+            90,
+        )
+        yield name
+    finally:
+        subprocess.run(
+            [str(HOSTCTL), "rm", name],
+            capture_output=True,
+            env=dict(os.environ, NPUOPS_LAB_DIR=str(lab_dir())),
+            check=False,
+        )
+        delete_nodes(core_v1, [name])
+
+
+def play(name, kubeconfig, report_dir, book, *extra):
+    link = COLLECTIONS / "ansible_collections" / "npuops" / "fleet"
+    if not link.exists():
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(REPO)
+    inv = report_dir / "hosts.yml"
+    inv.write_text(f"all:\n  children:\n    gpu_nodes:\n      hosts:\n        {name}:\n")
+    env = dict(
+        os.environ,
+        ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS),
+        NPUOPS_LAB_DIR=str(lab_dir()),
+        KUBECONFIG=kubeconfig,
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default",
+    )
+    env.pop("CONTAINERS_CONF", None)
+    cmd = [
+        str(Path(sys.executable).parent / "ansible-playbook"),
+        str(REPO / "playbooks" / book),
+        "-i",
+        str(REPO / "inventories" / "lab"),
+        "-i",
+        str(inv),
+        "-e",
+        f"npuops_fleet_kubeconfig={kubeconfig}",
+    ]
+    for e in extra:
+        cmd += ["-e", e if isinstance(e, str) else json.dumps(e)]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(report_dir), timeout=1500, check=False)
+    return p.returncode, p.stdout + p.stderr
+
+
+def dpkg(name):
+    out = hx(name, "dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\\n'").stdout
+    return {p: (v, st) for p, v, st in (ln.split() for ln in out.splitlines() if len(ln.split()) == 3) if st[1] == "i"}
+
+
+def test_branch_change_and_kernel_patch_on_precompiled_modules(core_v1, precompiled_host, lab_kubeconfig, tmp_path):
+    name = precompiled_host
+    report_dir = tmp_path / "reports"
+    report_dir.mkdir()
+    before = dpkg(name)
+    assert f"linux-modules-nvidia-550-server-open-{K_OLD}" in before and not any("dkms" in p for p in before), before
+    assert not any(p.startswith("linux-headers-") for p in before), before
+    rc, out = play(name, lab_kubeconfig, report_dir, "harden.yml", f"harden_hosts={name}")
+    assert rc == 0, out[-3000:]
+    held = set(hx(name, "apt-mark showhold").stdout.split())
+    assert {f"linux-modules-nvidia-550-server-open-{K_OLD}", "nvidia-kernel-common-550-server"} <= held, held
+
+    window = [
+        "maintenance_window.yml",
+        f"maintenance_hosts={name}",
+        f"maintenance_report_dir={report_dir}",
+        f"maintenance_lease_name=lrm-{uuid.uuid4().hex[:5]}",
+        {
+            "driver_upgrade_policy": {"maxParallelUpgrades": 0, "maxUnavailable": "100%", "drain": {"enable": False}},
+            "driver_upgrade_target_version": TARGET,
+            "driver_upgrade_kernel_release": K_NEW,
+        },
+    ]
+    rc, out = play(name, lab_kubeconfig, report_dir, *window)
+    assert rc == 0, out[-5000:]
+    s = json.loads((report_dir / "latest.json").read_text())
+    h = {x["host"]: x for x in s["hosts"]}[name]
+    assert h["status"] == "upgraded" and h["final_state"] == "upgrade-done", h
+    assert h["rebooted"] is True and h["kernel_after"] == K_NEW, h
+    assert hx(name, "uname -r").stdout.strip() == K_NEW
+    assert hx(name, "cat /sys/module/nvidia/version").stdout.strip() == TARGET
+
+    after = dpkg(name)
+    # the 580.126.09 build for the new kernel (+1), not apt's newest for it (+2, the 580.159.03 build)
+    assert after[f"linux-modules-nvidia-580-server-open-{K_NEW}"][0] == "5.15.0-177.187+1", after
+    assert after["nvidia-kernel-common-580-server"][0] == TARGET + "-0ubuntu1", after
+    gone = {
+        f"linux-modules-nvidia-550-server-open-{K_OLD}",
+        "nvidia-kernel-common-550-server",
+        "nvidia-utils-550-server",
+        "libnvidia-compute-550-server",
+    }
+    assert not gone & set(after), sorted(gone & set(after))
+    held = set(hx(name, "apt-mark showhold").stdout.split())
+    assert {
+        f"linux-modules-nvidia-580-server-open-{K_NEW}",
+        "nvidia-kernel-common-580-server",
+        f"linux-image-{K_NEW}",
+    } <= held, held
+    assert (core_v1.read_node(name).metadata.labels or {}).get(STATE) == "upgrade-done"
+
+    rc, out = play(name, lab_kubeconfig, report_dir, *window)
+    assert rc == 0, out[-4000:]
+    recap = [ln for ln in out.splitlines() if ln.startswith(name + " ") and "changed=" in ln]
+    assert recap and "changed=0" in recap[-1], recap
+    assert dpkg(name) == after
