@@ -75,17 +75,34 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
         # installed, first match in this order; {branch} = 550, {version} = 550.90.07, {kernel} = the
         # kernel that will run the module. Names and relationships as the archives publish them.
         "packaging": [
-            # NVIDIA's CUDA repository: its meta packages pull Ubuntu-named packages, so they come first
+            # NVIDIA's CUDA repository: its meta packages pull Ubuntu-named packages, so they come first;
+            # the metas depend with >=, so the whole closure is named to pin it at the target
             {
                 "name": "cuda-repo-open",
                 "build": "dkms",
-                "packages": ["nvidia-open-{branch}"],
+                "packages": [
+                    "nvidia-open-{branch}",
+                    "nvidia-driver-{branch}-open",
+                    "nvidia-dkms-{branch}-open",
+                    "nvidia-kernel-common-{branch}",
+                    "libnvidia-compute-{branch}",
+                    "nvidia-utils-{branch}",
+                    "nvidia-compute-utils-{branch}",
+                ],
                 "detect": ["nvidia-open-[0-9]*", "nvidia-open"],
             },
             {
                 "name": "cuda-repo",
                 "build": "dkms",
-                "packages": ["cuda-drivers-{branch}"],
+                "packages": [
+                    "cuda-drivers-{branch}",
+                    "nvidia-driver-{branch}",
+                    "nvidia-dkms-{branch}",
+                    "nvidia-kernel-common-{branch}",
+                    "libnvidia-compute-{branch}",
+                    "nvidia-utils-{branch}",
+                    "nvidia-compute-utils-{branch}",
+                ],
                 "detect": ["cuda-drivers-[0-9]*", "cuda-drivers"],
             },
             # Ubuntu: precompiled modules signed by Canonical, one package per kernel
@@ -122,6 +139,7 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
                 "packages": [
                     "nvidia-driver-{branch}-server-open",
                     "nvidia-dkms-{branch}-server-open",
+                    "nvidia-kernel-common-{branch}-server",
                     "libnvidia-compute-{branch}-server",
                     "libnvidia-common-{branch}-server",
                     "nvidia-utils-{branch}-server",
@@ -135,6 +153,7 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
                 "packages": [
                     "nvidia-driver-{branch}-server",
                     "nvidia-dkms-{branch}-server",
+                    "nvidia-kernel-common-{branch}-server",
                     "libnvidia-compute-{branch}-server",
                     "libnvidia-common-{branch}-server",
                     "nvidia-utils-{branch}-server",

@@ -68,9 +68,11 @@ options:
     default: /var/log/apt/history.log
   packaging:
     description:
-      - The packaging flavour of the profile's C(packaging) list that carries the driver on this host
-        (RV(packaging)) - C(auto) detects it from the installed packages (first flavour in the
-        profile's order with an installed C(detect) package; none installed gives C(packaging_default)).
+      - The packaging flavour of the profile's C(packaging) list that carries the driver on this host;
+        the result is RV(packaging). C(auto) detects it from the installed packages (first flavour in
+        the profile's order with an installed C(detect) package; none installed gives C(packaging_default)).
+      - The target set (RV(packaging.target), RV(packaging.leaving), RV(packaging.companions)) is filled
+        only with O(expected_version).
       - Built in for nvidia - C(cuda-repo-open), C(cuda-repo) (NVIDIA's CUDA repository),
         C(ubuntu-precompiled-server-open), C(ubuntu-precompiled-server) (Canonical's signed
         C(linux-modules-nvidia-<branch>-server[-open]-<kernel>)), C(ubuntu-server-open), C(ubuntu-server)
@@ -447,6 +449,10 @@ packaging:
       description: The flavour's package templates (C({branch}), C({version}), C({kernel})).
       type: list
       elements: str
+    detect:
+      description: The flavour's fnmatch patterns of installed packages that identify it.
+      type: list
+      elements: str
     source:
       description: C(requested), C(profile) (the profile's explicit C(packages)), C(detected) or C(default).
       type: str
@@ -463,8 +469,10 @@ packaging:
       type: dict
     signing:
       description:
-        - With Secure Boot enabled and a DKMS flavour, C({key, enrolled}) (enrolled null when mokutil is
-          missing); else null.
+        - With Secure Boot enabled and a DKMS flavour, C({key, enrolled}) - enrolled is true (the key's SHA-1
+          fingerprint in C(mokutil --list-enrolled)), C(pending) (only in C(mokutil --list-new), not yet
+          confirmed in MokManager), false (C(mokutil --test-key) says not enrolled) or null (no mokutil);
+          else null.
       type: dict
     problems:
       description:
@@ -472,6 +480,18 @@ packaging:
           empty when fine.
       type: list
       elements: str
+    kernel_problems:
+      description:
+        - RV(packaging.problems) of each kernel, kernel -> list (the role checks only the kernels that will
+          run the driver).
+      type: dict
+    signing_problems:
+      description: RV(packaging.problems) about Secure Boot signing.
+      type: list
+      elements: str
+    moving:
+      description: O(packaging) names a flavour the host does not have installed - the host moves to it.
+      type: bool
     error:
       description: Why O(packaging) could not be used; null otherwise.
       type: str

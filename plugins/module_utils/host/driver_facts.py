@@ -18,6 +18,7 @@ collection's pure module_utils, so plain ``python3`` on the host can run it with
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 import re
 import socket
@@ -242,8 +243,13 @@ class Facts:
         enrolled = None
         mokutil = self.bin("mokutil") if key else None
         if mokutil:
-            _rc, out, err = self.run([mokutil, "--test-key", key])
-            enrolled = packaging.parse_mokutil_test_key(out + "\n" + err)
+            der = _read_bytes(key)
+            fp = hashlib.sha1(der).hexdigest() if der else None  # noqa: S324 - mokutil lists SHA-1 fingerprints
+            texts = []
+            for args in (["--list-enrolled"], ["--list-new"], ["--test-key", key]):
+                _rc, out, err = self.run([mokutil] + args)
+                texts.append(out + "\n" + err)
+            enrolled = packaging.mok_enrolment(fp, *texts)
         return {"key": key, "enrolled": enrolled}
 
     def fabricmanager_log(self):
@@ -418,13 +424,12 @@ def gather(runner: Runner, profile: Mapping[str, Any], params: Mapping[str, Any]
     # DKMS for the boot kernel (the driver's DKMS names: dkms.DRIVER_DKMS_MODULES), Secure Boot, fabric manager
     dkms_text, dkms_rc = f.dkms_status()
     dkms_facts = dkms.kernel_facts(dkms_text, dkms_rc or 0, module_name, boot_kernel, p["expected_version"])
-    # DKMS build logs of the driver's module: dkms 3.0 keeps build/make.log, 3.1 <kernel>/<arch>/log/make.log
+    # a failed build's log ("Consult /var/lib/dkms/<m>/<v>/build/make.log"); dkms 3.1's per-kernel
+    # logs are kept for successful builds, so they are not quoted
     logs = []
     for name in dkms_facts["driver_modules"]:
         ver = normalize_version(p["expected_version"]) or "*"
-        for pattern in ("/var/lib/dkms/%s/%s*/build/make.log" % (name, ver),
-                        "/var/lib/dkms/%s/%s*/%s/*/log/make.log" % (name, ver, boot_kernel)):
-            logs += sorted(glob.glob(pattern))
+        logs += sorted(glob.glob("/var/lib/dkms/%s/%s*/build/make.log" % (name, ver)))
     dkms_facts["build_logs"] = logs
     sb = f.secure_boot()
 
@@ -446,6 +451,13 @@ def gather(runner: Runner, profile: Mapping[str, Any], params: Mapping[str, Any]
     patch = kmod_versions.kernel_patch_check(installed, running, p["kernel_release"]) if p["kernel_release"] else None
     run_kernel = p["kernel_release"] if patch and patch.get("needed") else boot_kernel
     pack["kernel"] = run_kernel
+    # a requested flavour the host does not have: the host moves to it even when its driver is at the target
+    pack["moving"] = bool(
+        pack["name"]
+        and pack["source"] == "requested"
+        and pack["installed_flavours"]
+        and pack["name"] not in [x["name"] for x in pack["installed_flavours"]]
+    )
     pack["target"], pack["target_kernel"], pack["leaving"], pack["companions"] = [], [], [], []
     if p["expected_version"] and pack["name"]:
         names = packaging.target_packages(pack, p["expected_version"], run_kernel)

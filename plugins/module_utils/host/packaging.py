@@ -143,7 +143,9 @@ def target_packages(flavour: Mapping[str, Any], version: str, kernel: str) -> li
 
 def _template_re(template: str) -> "re.Pattern[str]":
     rx = re.escape(template)
-    for key, part in (("branch", r"(?P<branch>[0-9]+)"), ("version", r"[^=]+"), ("kernel", r"[^=]+")):
+    # a kernel release starts with a digit: "-server-{kernel}" must match neither "-server-open-5.15..."
+    # nor the "-generic" meta package
+    for key, part in (("branch", r"(?P<branch>[0-9]+)"), ("version", r"[^=]+"), ("kernel", r"[0-9][^=]*")):
         rx = rx.replace(re.escape("{%s}" % key), part, 1).replace(re.escape("{%s}" % key), r"[^=]+")
     return re.compile("^%s$" % rx)
 
@@ -187,15 +189,21 @@ def buildability(
 
     DKMS flavours need the kernel's build tree (``/lib/modules/<k>/build``, which ``linux-headers-<k>``
     ships; ``build_dirs`` says whether it resolves) and, with Secure Boot ``enabled``, a DKMS signing key
-    (``mok``: ``{"key": path or None, "enrolled": bool or None}``) that is enrolled: the kernel refuses
-    an unsigned or unknown-key module ("Key was rejected by service"). Precompiled flavours need their
-    per-kernel package offered by apt, which the caller checks with the target set (their modules are
-    signed by the distribution). Returns ``{"kernels": {k: {"build_dir", "headers_package",
-    "headers_installed"}}, "signing": {...} or None, "problems": [str]}``; problems name the kernel and
-    the package or key.
+    (``mok``: ``{"key": path or None, "enrolled": True, False, "pending" or None}``) that is enrolled:
+    the kernel refuses an unsigned or unknown-key module ("Key was rejected by service"). Precompiled
+    flavours need their per-kernel package offered by apt, which the caller checks with the target set
+    (their modules are signed by the distribution). Returns ``{"kernels": {k: {"build_dir", "headers_package",
+    "headers_installed"}}, "signing": {...} or None, "kernel_problems": {k: [str]}, "signing_problems":
+    [str], "problems": [str]}`` (problems: all); each names the kernel and the package or key.
     """
     names = set(installed)
-    res: dict[str, Any] = {"kernels": {}, "signing": None, "problems": []}
+    res: dict[str, Any] = {
+        "kernels": {},
+        "signing": None,
+        "problems": [],
+        "kernel_problems": {},
+        "signing_problems": [],
+    }
     dkms = flavour.get("build") == "dkms"
     for k in dict.fromkeys(kernels):
         pkg = "linux-headers-%s" % k
@@ -204,25 +212,54 @@ def buildability(
             "headers_package": pkg,
             "headers_installed": pkg in names,
         }
+        res["kernel_problems"][k] = []
         if dkms and not build_dirs.get(k):
-            res["problems"].append(
+            res["kernel_problems"][k].append(
                 "kernel %s has no build tree for DKMS (/lib/modules/%s/build): install %s%s"
                 % (k, k, pkg, "" if pkg not in names else " again (it is installed but the build link is missing)")
             )
+        res["problems"] += res["kernel_problems"][k]
     if dkms and secure_boot_state == "enabled":
         mok = dict(mok or {})
         res["signing"] = {"key": mok.get("key"), "enrolled": mok.get("enrolled")}
         if not mok.get("key"):
-            res["problems"].append(
+            res["signing_problems"].append(
                 "Secure Boot is enabled and DKMS has no signing key (%s): the module it builds would be"
                 " unsigned and the kernel would refuse to load it" % ", ".join(MOK_KEYS)
             )
+        elif mok.get("enrolled") == "pending":
+            res["signing_problems"].append(
+                "Secure Boot is enabled and DKMS's signing key %s is only queued for enrolment (mokutil"
+                " --list-new): confirm it in MokManager at the console first; until then the kernel refuses"
+                " the module it builds" % mok["key"]
+            )
         elif mok.get("enrolled") is False:
-            res["problems"].append(
+            res["signing_problems"].append(
                 "Secure Boot is enabled and DKMS's signing key %s is not enrolled (mokutil --test-key):"
                 " the kernel would refuse the module it builds" % mok["key"]
             )
+    res["problems"] += res["signing_problems"]
     return res
+
+
+def _fingerprint_in(fingerprint: str, text: Optional[str]) -> bool:
+    want = fingerprint.replace(":", "").lower()
+    return want in re.sub(r"[^0-9a-f]", "", (text or "").lower().replace("sha1 fingerprint", ""))
+
+
+def mok_enrolment(
+    fingerprint: Optional[str], enrolled: Optional[str], new: Optional[str], test_key: Optional[str]
+) -> Any:
+    """Whether DKMS's key (``fingerprint``: SHA-1 of its DER, hex) will be accepted: True (in
+    ``mokutil --list-enrolled``), ``"pending"`` (only in ``mokutil --list-new``: imported, not yet
+    confirmed in MokManager - ``--test-key`` calls that "already enrolled" too), False (``--test-key``
+    says ``is not enrolled``), None when mokutil told nothing. Texts are the commands' outputs, None
+    when not run."""
+    if fingerprint and enrolled and _fingerprint_in(fingerprint, enrolled):
+        return True
+    if fingerprint and new and _fingerprint_in(fingerprint, new):
+        return "pending"
+    return parse_mokutil_test_key(test_key)
 
 
 def parse_mokutil_test_key(text: Optional[str]) -> Optional[bool]:

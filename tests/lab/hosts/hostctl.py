@@ -241,7 +241,7 @@ def packages_for(spec):
     if spec.get("kernel"):
         # headers too, as Ubuntu's linux-generic brings them: DKMS builds the driver against them
         pk += ["linux-image-" + spec["kernel"]]
-        if spec.get("headers", True):
+        if spec.get("headers", spec.get("packaging") != "precompiled"):  # precompiled modules need none
             pk += ["linux-headers-" + spec["kernel"]]
     v = spec.get("driver")
     if v and spec.get("accelerator") == "nvidia":

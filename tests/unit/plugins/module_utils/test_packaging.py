@@ -228,3 +228,68 @@ def test_fabric_manager_moves_with_the_driver_where_installed():
     assert [c["packages"] for c in packaging.companions(NV, ["nvidia-fabricmanager", "cuda-drivers"], "580.95.05")] == [
         ["nvidia-fabricmanager", "libnvidia-nscq"]
     ]
+
+
+def test_moving_from_precompiled_to_dkms_keeps_kernel_common():
+    """nvidia-dkms-<b>-server Depends on nvidia-kernel-common-<b>-server: the DKMS set names it, so a
+    same-branch move off precompiled modules removes only the per-kernel module packages."""
+    old = packaging.choose(NV, UBUNTU_PRECOMPILED_535)
+    new = packaging.choose(NV, UBUNTU_PRECOMPILED_535, "ubuntu-server-open")
+    target = packaging.target_packages(new, "535.216.01", "5.15.0-119-generic")
+    assert "nvidia-kernel-common-535-server" in target
+    assert packaging.leaving_packages(old, new, UBUNTU_PRECOMPILED_535, target, "535.216.01") == [
+        "linux-modules-nvidia-535-server-open-5.15.0-107-generic",
+        "linux-modules-nvidia-535-server-open-5.15.0-119-generic",
+    ]
+
+
+def test_kernel_templates_match_kernel_releases_only():
+    prop = {"name": "ubuntu-precompiled-server", "packages": ["linux-modules-nvidia-{branch}-server-{kernel}"]}
+    host = [
+        "linux-modules-nvidia-535-server-open-5.15.0-119-generic",
+        "linux-modules-nvidia-535-server-generic",
+        "linux-modules-nvidia-535-server-5.15.0-119-generic",
+    ]
+    assert packaging.leaving_packages(prop, prop, host, [], "550.127.05") == [
+        "linux-modules-nvidia-535-server-5.15.0-119-generic"
+    ]
+
+
+def test_cuda_repo_names_the_whole_closure():
+    fl = packaging.choose(NV, CUDA_REPO_550)
+    assert packaging.target_packages(fl, "550.90.07", "k") == [
+        "cuda-drivers-550",
+        "nvidia-driver-550",
+        "nvidia-dkms-550",
+        "nvidia-kernel-common-550",
+        "libnvidia-compute-550",
+        "nvidia-utils-550",
+        "nvidia-compute-utils-550",
+    ]
+
+
+@pytest.mark.parametrize(
+    "enrolled,new,test_key,want",
+    [
+        ("[key 1]\nSHA1 Fingerprint: ab:cd:ef:01\n", "", "x is already enrolled", True),
+        (
+            "[key 1]\nSHA1 Fingerprint: 99:99:99:99\n",
+            "[key 1]\nSHA1 Fingerprint: ab:cd:ef:01\n",
+            "/var/lib/dkms/mok.pub is already enrolled\n",
+            "pending",
+        ),
+        ("", "", "/var/lib/dkms/mok.pub is not enrolled\n", False),
+        ("MokListRT is empty\n", "MokNew is empty\n", "", None),
+    ],
+)
+def test_mok_enrolment_tells_pending_from_enrolled(enrolled, new, test_key, want):
+    assert packaging.mok_enrolment("abcdef01", enrolled, new, test_key) == want
+
+
+def test_a_pending_key_is_refused():
+    fl = packaging.choose(NV, DEBIAN_535)
+    res = packaging.buildability(
+        fl, ["k"], {"k": True}, [], "enabled", {"key": "/var/lib/dkms/mok.pub", "enrolled": "pending"}
+    )
+    assert "only queued for enrolment (mokutil --list-new)" in res["problems"][0]
+    assert res["signing_problems"] == res["problems"] and res["kernel_problems"] == {"k": []}

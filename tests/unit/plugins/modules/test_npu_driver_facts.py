@@ -564,7 +564,8 @@ def test_packaging_target_and_buildability(monkeypatch, capsys):
     assert (pk["name"], pk["build"], pk["source"]) == ("ubuntu-server-open", "dkms", "detected")
     assert pk["kernel"] == "5.15.0-179-generic"  # the newest installed kernel boots next
     assert pk["target"] == [
-        "nvidia-driver-590-server-open", "nvidia-dkms-590-server-open", "libnvidia-compute-590-server",
+        "nvidia-driver-590-server-open", "nvidia-dkms-590-server-open", "nvidia-kernel-common-590-server",
+        "libnvidia-compute-590-server",
         "libnvidia-common-590-server", "nvidia-utils-590-server", "nvidia-compute-utils-590-server",
         "nvidia-fabricmanager-590", "libnvidia-nscq-590",
     ]
