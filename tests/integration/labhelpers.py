@@ -3,6 +3,10 @@ driver labels, and throw-away kwok nodes (a test's own nodes keep other tests' c
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -95,3 +99,41 @@ def shipped_rbac() -> list[dict[str, Any]]:
     for path in sorted(RBAC_DIR.glob("*.yaml")):
         docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
     return docs
+
+
+REPO = Path(__file__).resolve().parents[2]
+COLLECTIONS = REPO / "build" / "collections"
+
+
+def run_playbook(
+    name: str,
+    inventories: list[str],
+    extra: tuple[Any, ...],
+    kubeconfig: str,
+    cwd: Path,
+    timeout: int = 1500,
+) -> tuple[int, str]:
+    """ansible-playbook playbooks/<name> with the repo as the collection, the lab's state dir and
+    ``kubeconfig``; ``extra``: ``--flag`` strings as they are, other strings as ``-e k=v``, mappings as
+    JSON ``-e``. Returns (rc, stdout + stderr)."""
+    link = COLLECTIONS / "ansible_collections" / "npuops" / "fleet"
+    if not link.exists():
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(REPO)
+    env = dict(
+        os.environ,
+        ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS),
+        NPUOPS_LAB_DIR=os.environ.get("NPUOPS_LAB_DIR", "/tmp/npuops-lab"),
+        KUBECONFIG=kubeconfig,
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_FORCE_COLOR="0",
+        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default",
+    )
+    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), str(REPO / "playbooks" / name)]
+    for inv in inventories:
+        cmd += ["-i", str(inv)]
+    cmd += ["-e", f"npuops_fleet_kubeconfig={kubeconfig}"]
+    for e in extra:
+        cmd += [e] if isinstance(e, str) and e.startswith("--") else ["-e", e if isinstance(e, str) else json.dumps(e)]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=str(cwd), check=False)
+    return p.returncode, p.stdout + p.stderr

@@ -14,7 +14,9 @@ does; the compile itself is what cannot exist here.
 from __future__ import annotations
 
 import pytest
-from test_maintenance_window import (  # noqa: F401  # pylint: disable=unused-import  (helpers and fixtures)
+
+# the window's helpers, and its fixtures (kubeconfig, report_dir, restore) by import
+from test_maintenance_window import (  # noqa: F401  # pylint: disable=unused-import
     GPU_STATE,
     N1,
     hx,

@@ -14,11 +14,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from labhelpers import run_playbook
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTS = REPO / "tests" / "lab" / "hosts"
@@ -74,39 +74,20 @@ def hx(name, script, check=True, timeout=300):
 
 def playbook(name, kubeconfig, report_dir, hosts, *extra, timeout=1500):
     """Run playbooks/<name> on the lab inventory; returns (rc, stdout+stderr)."""
-    link = COLLECTIONS / "ansible_collections" / "npuops" / "fleet"
-    if not link.exists():
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(REPO)
-    env = dict(
-        os.environ,
-        ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS),
-        NPUOPS_LAB_DIR=str(lab_dir()),
-        KUBECONFIG=kubeconfig,
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_FORCE_COLOR="0",
-        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default",
+    return run_playbook(
+        name,
+        [str(INVENTORY)],
+        (
+            f"maintenance_hosts={hosts}",
+            f"audit_hosts={hosts}",
+            f"maintenance_report_dir={report_dir}",
+            f"audit_report_dir={report_dir}",
+            *extra,
+        ),
+        kubeconfig,
+        report_dir,
+        timeout=timeout,
     )
-    cmd = [
-        str(Path(sys.executable).parent / "ansible-playbook"),
-        str(REPO / "playbooks" / name),
-        "-i",
-        str(INVENTORY),
-        "-e",
-        f"maintenance_hosts={hosts}",
-        "-e",
-        f"audit_hosts={hosts}",
-        "-e",
-        f"maintenance_report_dir={report_dir}",
-        "-e",
-        f"audit_report_dir={report_dir}",
-        "-e",
-        f"npuops_fleet_kubeconfig={kubeconfig}",
-    ]
-    for e in extra:
-        cmd += [e] if isinstance(e, str) and e.startswith("--") else ["-e", e if isinstance(e, str) else json.dumps(e)]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=str(report_dir), check=False)
-    return p.returncode, p.stdout + p.stderr
 
 
 PHASE_ORDER = ("preflight", "prepare", "install", "reload", "reboot", "verify", "finish")

@@ -15,13 +15,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import uuid
-from pathlib import Path
 
 import pytest
-from labhelpers import create_kwok_nodes, delete_nodes, wait
-from test_host_lost import COLLECTIONS, HOSTCTL, REPO, hostctl, hx, lab_dir
+from labhelpers import REPO, create_kwok_nodes, delete_nodes, run_playbook, wait
+from test_host_lost import HOSTCTL, hostctl, hx, lab_dir
 
 pytestmark = pytest.mark.lab
 
@@ -58,35 +56,9 @@ def precompiled_host(core_v1):
 
 
 def play(name, kubeconfig, report_dir, book, *extra):
-    link = COLLECTIONS / "ansible_collections" / "npuops" / "fleet"
-    if not link.exists():
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(REPO)
     inv = report_dir / "hosts.yml"
     inv.write_text(f"all:\n  children:\n    gpu_nodes:\n      hosts:\n        {name}:\n")
-    env = dict(
-        os.environ,
-        ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS),
-        NPUOPS_LAB_DIR=str(lab_dir()),
-        KUBECONFIG=kubeconfig,
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default",
-    )
-    env.pop("CONTAINERS_CONF", None)
-    cmd = [
-        str(Path(sys.executable).parent / "ansible-playbook"),
-        str(REPO / "playbooks" / book),
-        "-i",
-        str(REPO / "inventories" / "lab"),
-        "-i",
-        str(inv),
-        "-e",
-        f"npuops_fleet_kubeconfig={kubeconfig}",
-    ]
-    for e in extra:
-        cmd += ["-e", e if isinstance(e, str) else json.dumps(e)]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(report_dir), timeout=1500, check=False)
-    return p.returncode, p.stdout + p.stderr
+    return run_playbook(book, [str(REPO / "inventories" / "lab"), str(inv)], extra, kubeconfig, report_dir)
 
 
 def dpkg(name):
