@@ -238,7 +238,7 @@ class Facts:
         return secure_boot.secure_boot_state(efivar, mokutil_text)
 
     def mok_key(self):
-        """DKMS's signing key and whether it is enrolled: ``{"key": path or None, "enrolled": bool or None}``."""
+        """DKMS's signing key and its enrolment: ``{"key": path or None, "enrolled": packaging.mok_enrolment()}``."""
         key = next((k for k in packaging.MOK_KEYS if os.path.exists(k)), None)
         enrolled = None
         mokutil = self.bin("mokutil") if key else None

@@ -252,13 +252,18 @@ def mok_enrolment(
 ) -> Any:
     """Whether DKMS's key (``fingerprint``: SHA-1 of its DER, hex) will be accepted: True (in
     ``mokutil --list-enrolled``), ``"pending"`` (only in ``mokutil --list-new``: imported, not yet
-    confirmed in MokManager - ``--test-key`` calls that "already enrolled" too), False (``--test-key``
-    says ``is not enrolled``), None when mokutil told nothing. Texts are the commands' outputs, None
-    when not run."""
+    confirmed in MokManager - ``--test-key`` calls that "already enrolled" too), False (a MOK list that
+    was read and lacks it, or ``--test-key`` says ``is not enrolled``), None when mokutil told nothing.
+    Texts are the commands' outputs, None when not run."""
     if fingerprint and enrolled and _fingerprint_in(fingerprint, enrolled):
         return True
     if fingerprint and new and _fingerprint_in(fingerprint, new):
         return "pending"
+    listed = (enrolled or "").lower()
+    if fingerprint and ("sha1 fingerprint" in listed or "is empty" in listed):
+        # the MOK list was read and the key is not in it; --test-key's "already enrolled" can also
+        # mean db, dbx or MokListX on older mokutil, which does not make DKMS's key trusted
+        return False
     return parse_mokutil_test_key(test_key)
 
 

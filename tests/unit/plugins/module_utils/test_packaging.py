@@ -279,7 +279,15 @@ def test_cuda_repo_names_the_whole_closure():
             "pending",
         ),
         ("", "", "/var/lib/dkms/mok.pub is not enrolled\n", False),
-        ("MokListRT is empty\n", "MokNew is empty\n", "", None),
+        # read, and not in it: old mokutil's "already enrolled" (db, dbx, MokListX) does not count
+        (
+            "[key 1]\nSHA1 Fingerprint: 99:99:99:99\n",
+            "MokNew is empty\n",
+            "/var/lib/dkms/mok.pub is already enrolled\n",
+            False,
+        ),
+        ("MokListRT is empty\n", "", "x is already enrolled", False),
+        ("", "", "", None),
     ],
 )
 def test_mok_enrolment_tells_pending_from_enrolled(enrolled, new, test_key, want):
