@@ -122,7 +122,7 @@ def test_incident_turns_the_mismatch_gauge_on_and_the_reboot_off(scratch, tmp_pa
     name, c = scratch(kernel=K_OLD, driver=V_OLD)
     # the kernel from the linux-generic meta package, as on the incident's workers
     hx(c, "DEBIAN_FRONTEND=noninteractive apt-get install -y -q linux-generic=5.15.0.177.161 "
-          "linux-image-generic=5.15.0.177.161")
+          "linux-image-generic=5.15.0.177.161 linux-headers-generic=5.15.0.177.161")
     assert hx(c, "systemctl is-active prometheus-node-exporter").stdout.strip() == "active"
     changed, _out = playbook(name, tmp_path, "-e", f"driver_drift_monitor_interval={INTERVAL}",
                              "-e", "driver_drift_monitor_kube_proxy_mode=ipvs")

@@ -123,7 +123,7 @@ def test_incident_replay(scratch):
     name = c[len("npuops-"):]
     # the kernel comes from the linux-generic meta package, as on the real workers
     hx(c, "DEBIAN_FRONTEND=noninteractive apt-get install -y -q linux-generic=5.15.0.177.161 "
-          "linux-image-generic=5.15.0.177.161")
+          "linux-image-generic=5.15.0.177.161 linux-headers-generic=5.15.0.177.161")
     assert hx(c, "uname -r").stdout.strip() == K_OLD
     assert hx(c, "cat /sys/module/nvidia/version").stdout.strip() == V_OLD
     assert hx(c, "nvidia-smi --query-gpu=driver_version --format=csv,noheader").stdout.split() == [V_OLD] * 2

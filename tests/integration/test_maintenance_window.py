@@ -677,7 +677,7 @@ def test_incident_audit_flags_then_window_fixes_and_ip_vs_loads(
         name,
         "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
         + pk
-        + " linux-generic=5.15.0.177.161 linux-image-generic=5.15.0.177.161",
+        + " linux-generic=5.15.0.177.161 linux-image-generic=5.15.0.177.161 linux-headers-generic=5.15.0.177.161",
     )
     before = hx(name, "cut -d' ' -f22 /proc/1/stat").stdout.strip()
     hx(name, "systemctl reboot", check=False)

@@ -120,11 +120,19 @@ def modfile(name, version, rel, depends, desc):
 
 
 def meta_debs(rel, suffix=""):
+    # as Ubuntu's: linux-generic pulls the image and the headers metas, so DKMS can build for a kernel
+    # an unattended upgrade brings in (a kernel published without headers gets no headers meta)
     v, mv = kver(rel), meta_ver(rel)
-    return [Deb("linux-image-generic" + suffix, mv, depends="linux-image-%s (= %s)" % (rel, v),
-                section="kernel", description="Generic Linux kernel image"),
-            Deb("linux-generic" + suffix, mv, depends="linux-image-generic%s (= %s)" % (suffix, mv),
-                section="kernel", description="Complete Generic Linux kernel and headers")]
+    debs = [Deb("linux-image-generic" + suffix, mv, depends="linux-image-%s (= %s)" % (rel, v),
+                section="kernel", description="Generic Linux kernel image")]
+    depends = "linux-image-generic%s (= %s)" % (suffix, mv)
+    if rel not in NO_HEADERS_KERNELS:
+        debs.append(Deb("linux-headers-generic" + suffix, mv, depends="linux-headers-%s (= %s)" % (rel, v),
+                        section="kernel", description="Generic Linux kernel headers"))
+        depends += ", linux-headers-generic%s (= %s)" % (suffix, mv)
+    debs.append(Deb("linux-generic" + suffix, mv, depends=depends,
+                    section="kernel", description="Complete Generic Linux kernel and headers"))
+    return debs
 
 
 def kernel_debs(rel):
