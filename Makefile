@@ -59,6 +59,10 @@ clean:
 	rm -rf build .pytest_cache .ruff_cache tests/output
 
 # real Debian NVIDIA packages built by real DKMS (tests/lab/realpkg/README.md): mirror, image, smoke check
-.PHONY: realpkg-lab
+.PHONY: realpkg-lab test-realpkg
+# the real-package window test (tests/integration/test_realpkg.py) on the lab; not in `make test`
+test-realpkg: bootstrap
+	@scripts/test.sh realpkg
+
 realpkg-lab:
 	@python3 tests/lab/realpkg/mirror.py && python3 tests/lab/realpkg/image.py && python3 tests/lab/realpkg/smoke.py

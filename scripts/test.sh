@@ -56,6 +56,20 @@ stage_integration() {
   stage_molecule
 }
 
+stage_realpkg() {
+  # Debian's real NVIDIA packages and the real dkms through the maintenance window
+  # (tests/integration/test_realpkg.py): a real DKMS build per run, ~11 more minutes cold for the
+  # image (tests/lab/realpkg, cached by input hash), so not part of `make test`.
+  if ! tests/lab/labctl status >/dev/null 2>&1; then
+    echo "== lab up"
+    LAB_STARTED_HERE=1
+    tests/lab/labctl up | tail -n 3
+  fi
+  eval "$(tests/lab/labctl env)"
+  echo "== pytest real packages (lab)"
+  NPUOPS_REQUIRE_LAB=1 NPUOPS_REALPKG=1 pytest -q -p no:cacheprovider tests/integration/test_realpkg.py
+}
+
 stage_faults() {
   # Fault injection on the lab (tests/faults/run.py): FAULTS_CASES cases (default 2; `all` = the full
   # sweep, `make faults`) of a rotation chosen by FAULTS_SEED (default: days since the epoch, printed),

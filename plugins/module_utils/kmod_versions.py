@@ -67,6 +67,37 @@ def parse_modinfo_version(output: str) -> Optional[str]:
     return None
 
 
+def module_dep_files(modules_dep: str) -> dict[str, str]:
+    """``/lib/modules/<k>/modules.dep`` text -> {file's module name: path relative to that directory}.
+
+    The file's module name is its basename without ``.ko[.xz|.zst|.gz]``, ``-`` as ``_`` (how modprobe
+    and modinfo look a name up). A name twice keeps the first line: depmod writes the file that wins
+    (``updates/`` before ``kernel/``) first."""
+    res: dict[str, str] = {}
+    for line in (modules_dep or "").splitlines():
+        path = line.split(":", 1)[0].strip()
+        if not path or ".ko" not in path:
+            continue
+        name = path.rsplit("/", 1)[-1].split(".ko", 1)[0].replace("-", "_")
+        res.setdefault(name, path)
+    return res
+
+
+# Where out-of-tree builds put their files (DKMS's DEST_MODULE_LOCATION, the kernel's M= default).
+_EXTERNAL_DIRS = ("updates/", "extra/")
+
+
+def module_file_candidates(files: dict[str, str], module: str) -> list[str]:
+    """Paths of ``module_dep_files`` that may carry kernel module ``module`` under another file name
+    (Debian's DKMS packages rename ``nvidia.ko`` to ``nvidia-current.ko``, ``nvidia-tesla-535.ko``...):
+    those in an external-module directory and those whose file name starts with the module's. The
+    caller reads each one's ``modinfo -F name``; a file named after the module needs no lookup."""
+    stem = module.replace("-", "_")
+    return sorted(
+        path for name, path in files.items() if path.startswith(_EXTERNAL_DIRS) or name.startswith(stem + "_")
+    )
+
+
 def parse_sys_module_version(text: str) -> Optional[str]:
     """Content of ``/sys/module/<mod>/version`` -> version string or None."""
     s = (text or "").strip()

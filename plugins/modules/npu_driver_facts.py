@@ -269,6 +269,17 @@ load_order:
       loaded stays unloaded; the profile's C(kernel_modules) reversed when none was loaded.
   returned: always
   type: list
+modprobe_names:
+  description:
+    - The name C(modprobe) and C(modinfo) find each driver module's file by on the running kernel
+      (module -> name), for the modules of RV(load_order) and the profile's C(kernel_modules) that
+      have a file there. Usually the module's own name; Debian's DKMS packages install C(nvidia.ko) as
+      C(nvidia-current.ko) (C(nvidia-tesla-535.ko)...) and a headless host has no C(modprobe.d) line
+      that maps the name, so C(modprobe nvidia) fails there and C(modprobe nvidia-current) loads the
+      module the kernel calls C(nvidia). Found from C(modules.dep) and the files' C(modinfo -F name).
+  returned: always
+  type: dict
+  sample: {nvidia: nvidia-current, nvidia_uvm: nvidia-current-uvm, nvidia_modeset: nvidia-current-modeset}
 module_refcnt:
   description: Use count of the main module (C(/sys/module/<m>/refcnt)); null when not loaded.
   returned: always

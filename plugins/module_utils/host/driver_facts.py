@@ -146,6 +146,8 @@ class Facts:
     def __init__(self, runner: Runner, profile: Mapping[str, Any]):
         self.runner = runner
         self.p = profile
+        self._module_files: dict = {}
+        self._modinfo_names: dict = {}
 
     def run(self, args, check=False):
         rc, out, err = self.runner.run(list(args))
@@ -168,8 +170,35 @@ class Facts:
     def on_disk_version(self, modinfo, release, module_name):
         if not modinfo:
             return None
-        rc, out, _err = self.run([modinfo, "-k", release, "-F", "version", module_name])
+        name = self.module_files(modinfo, release, [module_name]).get(module_name, module_name)
+        rc, out, _err = self.run([modinfo, "-k", release, "-F", "version", name])
         return kmod_versions.parse_modinfo_version(out) if rc == 0 else None
+
+    def module_files(self, modinfo, release, modules):
+        """{module: the name modprobe and modinfo find its file by} for kernel ``release``: the module's
+        own name when a file carries it, else the file whose ``modinfo -F name`` is the module (Debian's
+        DKMS packages install nvidia.ko as nvidia-current.ko, and no modprobe.d line maps the name on a
+        headless host). A module with no file on that kernel is left out."""
+        key = (release, tuple(modules))
+        if key in self._module_files:
+            return self._module_files[key]
+        files = kmod_versions.module_dep_files(_read("/lib/modules/%s/modules.dep" % release) or "")
+        res = {}
+        for module in modules:
+            norm = module.replace("-", "_")
+            if norm in files:
+                res[module] = module
+                continue
+            for path in kmod_versions.module_file_candidates(files, norm) if modinfo else []:
+                full = "/lib/modules/%s/%s" % (release, path)
+                if full not in self._modinfo_names:
+                    rc, out, _err = self.run([modinfo, "-F", "name", full])
+                    self._modinfo_names[full] = out.strip().replace("-", "_") if rc == 0 else None
+                if self._modinfo_names[full] == norm:
+                    res[module] = path.rsplit("/", 1)[-1].split(".ko", 1)[0]
+                    break
+        self._module_files[key] = res
+        return res
 
     def loaded_version(self, module_name, proc_file):
         text = _read("/sys/module/%s/version" % module_name)
@@ -566,6 +595,7 @@ def gather(runner: Runner, profile: Mapping[str, Any], params: Mapping[str, Any]
         "loaded_modules": loaded_modules,
         "unload_order": order,
         "load_order": kmod_holders.load_order(order, fallback=known),
+        "modprobe_names": f.module_files(modinfo, running, sorted(set(known) | set(order) | {module_name})),
         "module_refcnt": refcnt,
         "device_holders": holders,
         "dkms": dkms_facts,

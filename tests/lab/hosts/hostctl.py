@@ -397,10 +397,18 @@ def create_host(name, spec, image, repo, node=True):
            "-v", "%s:/var/lib/npuops-lab/host" % d,
            "-v", "%s:/etc/machine-id:ro" % os.path.join(d, "etc-machine-id"),
            "-v", "%s:/sys/module" % os.path.join(d, "sysmodule"),
-           "-v", "%s:/srv/npuops-lab-repo:ro" % repo,
+           # a real-packaging host (tests/lab/realpkg) takes its apt source from that lab's mirror
+           "-v", ("%s:/srv/npuops-realpkg-mirror:ro" % spec["apt_mirror"]) if spec.get("apt_mirror")
+           else ("%s:/srv/npuops-lab-repo:ro" % repo),
            "-v", "%s:/etc/ssh/npuops-lab_authorized_keys:ro" % (os.path.join(os.path.dirname(key), "authorized_keys")),
            image, "/sbin/init", quiet=True)
     wait_boot(name, timeout=60)
+    if spec.get("apt_mirror"):
+        # Debian bookworm as debootstrap made it: its own os-release (the node agent's too), the
+        # mirror's apt source
+        with open(os.path.join(d, "os-release"), "w") as f:
+            f.write(hexec(name, "cat /etc/os-release").stdout)
+        return
     # simulated OS identity + the lab apt source for that codename
     vid = str(spec.get("os", "22.04"))
     hexec(name, "rm -f /etc/os-release && cp /var/lib/npuops-lab/host/os-release /etc/os-release && "
@@ -610,10 +618,18 @@ def cmd_spawn(a):
         spec["services"] = a.service
     if a.packaging != "dkms":
         spec["packaging"] = a.packaging
-    img, repo = build_image(), build_repo()
+    if a.realpkg:
+        # Debian's real packages, the "before" driver already built by the real dkms (realpkg/image.py)
+        sys.path.insert(0, os.path.join(HERE, "..", "realpkg"))
+        import image as realpkg_image  # noqa: E402  (the real-packaging lab's image builder)
+        info = realpkg_image.build()
+        img, repo = info["ref"], None
+        spec.update({"os": "debian", "apt_mirror": info["mirror"], "kernel_release": info["kernel"]})
+    else:
+        img, repo = build_image(), build_repo()
     os.makedirs(HOSTS_DIR, exist_ok=True)
     create_host(a.name, spec, img, repo, node=a.node)
-    if a.kernel or a.driver:
+    if (a.kernel or a.driver) and not a.realpkg:
         provision(a.name, spec)
     wait_ssh(a.name)
     if a.node:
@@ -659,6 +675,9 @@ def main():
                    help="nvidia: Ubuntu's DKMS packages (default) or its precompiled per-kernel modules")
     s.add_argument("--service", action="append", default=[],
                    help="enable this systemd unit after the driver install (repeatable)")
+    s.add_argument("--realpkg", action="store_true",
+                   help="Debian's real NVIDIA packages and real dkms (tests/lab/realpkg): the image with the "
+                        "pinned 'before' driver built, apt from that lab's mirror; --kernel/--driver/--os ignored")
     s.add_argument("--node", action="store_true",
                    help="the node agent keeps this host behind the Node of the same name "
                         "(create the Node yourself, annotated kwok.x-k8s.io/node=fake)")

@@ -4,21 +4,23 @@
   image.py             build (or reuse) localhost/npuops-realpkg-host:<key>; prints ref and times
   image.py --ref       print the image reference only (builds it if missing)
 
-Starts from the lab's host image (tests/lab/hosts/hostctl.py build_image(), cached by its own input
-hash) and, in a build container without network (the local mirror of mirror.py is the only apt
+Stage 1, localhost/npuops-realpkg-dkms:<image_key>: from the lab's host image (tests/lab/hosts/hostctl.py
+build_image()) and, in a build container without network (the local mirror of mirror.py is the only apt
 source, mounted read-only at /srv/npuops-realpkg-mirror):
   * removes what collides with the real packages: the simulated /usr/sbin/dkms, the lab's
-    /etc/kernel/postinst.d/dkms hook (the real dkms package ships that conffile), and the dpkg
-    diversions of modinfo and depmod (real dkms runs them on real .ko files). modprobe, insmod,
-    rmmod and lsmod stay simulated (kmodsim.py): nothing in a container loads a real module;
+    /etc/kernel/postinst.d/dkms and header_postinst.d/dkms hooks (the real dkms package ships those
+    conffiles), and the dpkg diversions of modinfo and depmod (real dkms runs them on real .ko files).
+    modprobe, insmod, rmmod and lsmod stay simulated (kmodsim.py): nothing in a container loads a
+    real module;
   * makes the simulated booted kernel the headers' release: /boot/vmlinuz-<release> (a text
     placeholder: boot.sh boots the newest /boot/vmlinuz-*) and /run/npuops-lab/kernel-release for
     the uname shim during the build, so Debian's DKMS postinst builds for `uname -r`;
   * installs base + before from pins.txt (a preference pins the driver source's version) with
     --no-install-recommends, and requires `dkms status` to say "installed" for that kernel.
-The container is committed as the image (CMD /sbin/init, like the lab's). Key: sha256 of the lab
-image tag, the mirror key, pins.txt and this script. The build log and timing are kept beside the
-mirror: $NPUOPS_LAB_CACHE/realpkg/image-<key>.log and .json.
+Its key leaves out the simulation files (SIM_FILES), which stage 2 lays over from the current tree:
+localhost/npuops-realpkg-host:<sim_key> (seconds). Both are committed with CMD /sbin/init, like the
+lab's. The build log and timing are kept beside the mirror: $NPUOPS_LAB_CACHE/realpkg/image-<key>.log
+and .json.
 """
 import argparse
 import hashlib
@@ -35,7 +37,9 @@ import hostctl  # noqa: E402  (sets CONTAINERS_CONF for podman, as the lab does)
 import mirror  # noqa: E402
 
 IMAGE = "localhost/npuops-realpkg-host"
+DKMS_IMAGE = "localhost/npuops-realpkg-dkms"
 BUILD_CTR = "npuops-realpkg-build"
+SIM_CTR = "npuops-realpkg-sim"
 MIRROR_MNT = "/srv/npuops-realpkg-mirror"
 SOURCES = "deb [trusted=yes] file:%s ./\n" % MIRROR_MNT
 
@@ -53,7 +57,7 @@ def build_script(pins: mirror.Pins) -> str:
     krel = kernel_release(pins)
     return """set -e
 exec 2>&1
-rm -f /usr/sbin/dkms /etc/kernel/postinst.d/dkms /etc/apt/sources.list.d/npuops-lab.list
+rm -f /usr/sbin/dkms /etc/kernel/postinst.d/dkms /etc/kernel/header_postinst.d/dkms /etc/apt/sources.list.d/npuops-lab.list
 for t in /sbin/modinfo /sbin/depmod; do
   rm -f $t
   dpkg-divert --local --rename --remove $t
@@ -72,15 +76,66 @@ rm -f /etc/apt/preferences.d/npuops-realpkg-build /run/npuops-lab/kernel-release
 echo "--- dkms status"
 dkms status
 dkms status | grep -q ", %(krel)s, x86_64: installed"
-""" % {"src": SOURCES, "krel": krel, "prefs": pins.preferences("before").replace("\n", "\\n"),
+""" % {"src": SOURCES, "krel": krel, "prefs": pins.preferences("before").replace("\n", "\\n"),  # noqa: E501
        "args": " ".join("'%s'" % a for a in pins.install_args("before"))}
 
 
-def image_key(base_ref: str, pins: mirror.Pins) -> str:
-    """Input hash: lab image tag, mirror key, build script (from pins.txt) and this file."""
-    h = hashlib.sha256((base_ref + mirror.mirror_key() + build_script(pins)).encode())
-    with open(os.path.abspath(__file__), "rb") as f:
-        h.update(f.read())
+# The lab's simulation files that SIM_SCRIPT lays over the built image from the current tree: the
+# expensive DKMS image does not depend on them, so editing the simulation costs seconds, not a rebuild.
+_LIB = os.path.join(hostctl.HERE, "image", "overlay", "usr", "local", "lib", "npuops-lab")
+_FILES = os.path.join(hostctl.HERE, "repo", "files")
+SIM_FILES = {
+    "usr/local/lib/npuops-lab/kmodsim.py": os.path.join(_LIB, "kmodsim.py"),
+    "usr/local/lib/npuops-lab/boot.sh": os.path.join(_LIB, "boot.sh"),
+    "usr/local/lib/npuops-lab/nvidia-smi": os.path.join(_FILES, "nvidia-smi"),
+    "usr/local/lib/npuops-lab/nvidia-persistenced": os.path.join(_FILES, "nvidia-persistenced"),
+}
+SIM_MNT = "/srv/npuops-realpkg-sim"
+
+
+def image_key(pins: mirror.Pins) -> str:
+    """Input hash of the DKMS-built image: the lab image's inputs except SIM_FILES (its debootstrap
+    package list and chroot script, the overlay tree without the simulation files), the mirror key and
+    the build script (from pins.txt)."""
+    overlay = os.path.join(hostctl.HERE, "image")
+    skip = {os.path.relpath(v, overlay) for v in SIM_FILES.values() if v.startswith(overlay)}
+    h = hashlib.sha256((",".join(hostctl.BASE_PACKAGES) + hostctl.IMAGE_SCRIPT + mirror.mirror_key()
+                        + build_script(pins)).encode())
+    for dirpath, dirnames, filenames in os.walk(overlay):
+        dirnames.sort()
+        for fn in sorted(filenames):
+            rel = os.path.relpath(os.path.join(dirpath, fn), overlay)
+            if rel not in skip:
+                h.update(rel.encode())
+                with open(os.path.join(dirpath, fn), "rb") as f:
+                    h.update(f.read())
+    return h.hexdigest()[:16]
+
+
+def sim_script() -> str:
+    """Lays the current simulation over the DKMS-built image: kmodsim and the boot script, and the
+    device tools that cannot run without a GPU (nvidia-smi, nvidia-persistenced) diverted with dpkg to
+    the lab's, so package upgrades keep replacing the real files beside them (the lab's read the real
+    libnvidia-ml / libnvidia-cfg package's library version)."""
+    return """set -e
+for f in %(files)s; do install -m 0755 %(mnt)s/$f /$f; done
+# /usr/bin/nvidia-smi is Debian's alternative (nvidia--nvidia-smi) for this package file
+for t in /usr/lib/nvidia/current/nvidia-smi /usr/bin/nvidia-persistenced; do
+  if [ "$(dpkg-divert --truename $t)" = "$t" ]; then
+    dpkg-divert --local --rename --divert $t.distrib --add $t >/dev/null
+  fi
+  ln -sf /usr/local/lib/npuops-lab/$(basename $t) $t
+done
+""" % {"files": " ".join(sorted(SIM_FILES)), "mnt": SIM_MNT}
+
+
+def sim_key(base_key: str) -> str:
+    """Input hash of the image with the simulation laid over: the DKMS image's key, SIM_FILES, the script."""
+    h = hashlib.sha256((base_key + sim_script()).encode())
+    for rel in sorted(SIM_FILES):
+        h.update(rel.encode())
+        with open(SIM_FILES[rel], "rb") as f:
+            h.update(f.read())
     return h.hexdigest()[:16]
 
 
@@ -92,22 +147,23 @@ def podman(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return r
 
 
-def build() -> Dict[str, object]:
-    """Build the image unless cached; return its info (ref, times, dkms status)."""
+def _commit(ctr: str, ref: str) -> None:
+    podman("commit", "-q", "--change", "CMD=/sbin/init", "--change", "STOPSIGNAL=SIGRTMIN+3", ctr, ref)
+    podman("rm", "-f", ctr, check=False)
+
+
+def build_dkms_image(pins: mirror.Pins, mdir: str) -> Dict[str, object]:
+    """The expensive stage: the lab image with the real dkms, headers and the "before" driver built by
+    real DKMS (localhost/npuops-realpkg-dkms:<image_key>); reused while its inputs are unchanged."""
     t0 = time.time()
-    pins = mirror.Pins()
-    mdir = mirror.build()
-    t_mirror = time.time() - t0
     base = hostctl.build_image()
-    t_base = time.time() - t0 - t_mirror
-    key = image_key(base, pins)
-    ref = "%s:%s" % (IMAGE, key)
+    t_base = time.time() - t0
+    key = image_key(pins)
+    ref = "%s:%s" % (DKMS_IMAGE, key)
     meta = os.path.join(mirror.CACHE, "image-%s.json" % key)
     if podman("image", "exists", ref, check=False).returncode == 0 and os.path.isfile(meta):
         with open(meta) as f:
-            info = json.load(f)
-        info["this_run_seconds"] = round(time.time() - t0, 1)
-        return info
+            return json.load(f)
     mirror.log("building %s from %s (real DKMS compile, several minutes)" % (ref, base))
     podman("rm", "-f", BUILD_CTR, check=False)
     t1 = time.time()
@@ -120,17 +176,41 @@ def build() -> Dict[str, object]:
         podman("rm", "-f", BUILD_CTR, check=False)
         raise RuntimeError("image build failed (%d), log: %s\n%s" % (
             r.returncode, os.path.join(mirror.CACHE, "image-%s.log" % key), r.stdout[-3000:]))
-    podman("commit", "-q", "--change", "CMD=/sbin/init", "--change", "STOPSIGNAL=SIGRTMIN+3", BUILD_CTR, ref)
-    podman("rm", "-f", BUILD_CTR, check=False)
+    _commit(BUILD_CTR, ref)
     status = r.stdout.split("--- dkms status\n", 1)[-1].strip()
     info = {"ref": ref, "base": base, "mirror": mdir, "kernel": kernel_release(pins),
-            "built": time.strftime("%Y-%m-%dT%H:%M:%S"), "mirror_seconds": round(t_mirror, 1),
-            "base_image_seconds": round(t_base, 1), "build_seconds": round(build_s, 1),
-            "total_seconds": round(time.time() - t0, 1), "dkms_status": status}
+            "built": time.strftime("%Y-%m-%dT%H:%M:%S"), "base_image_seconds": round(t_base, 1),
+            "build_seconds": round(build_s, 1), "dkms_status": status}
     with open(meta, "w") as f:
         json.dump(info, f, indent=1)
-    info["this_run_seconds"] = info["total_seconds"]
-    mirror.log("image %s built in %.0fs (mirror %.0fs, lab image %.0fs)" % (ref, build_s, t_mirror, t_base))
+    mirror.log("image %s built in %.0fs (lab image %.0fs)" % (ref, build_s, t_base))
+    return info
+
+
+def build() -> Dict[str, object]:
+    """Build the images unless cached; return the host image's info (ref, times, dkms status)."""
+    t0 = time.time()
+    pins = mirror.Pins()
+    mdir = mirror.build()
+    t_mirror = time.time() - t0
+    info = dict(build_dkms_image(pins, mdir))
+    info["dkms_ref"] = info["ref"]
+    info["mirror_seconds"] = round(t_mirror, 1)
+    ref = "%s:%s" % (IMAGE, sim_key(info["ref"].rsplit(":", 1)[1]))
+    if podman("image", "exists", ref, check=False).returncode != 0:
+        podman("rm", "-f", SIM_CTR, check=False)
+        mounts = []
+        for rel, src in SIM_FILES.items():
+            mounts += ["-v", "%s:%s/%s:ro" % (src, SIM_MNT, rel)]
+        r = podman("run", "--name", SIM_CTR, "--network=none", *mounts, info["dkms_ref"], "/bin/sh", "-c",
+                   sim_script(), check=False)
+        if r.returncode != 0:
+            podman("rm", "-f", SIM_CTR, check=False)
+            raise RuntimeError("simulation layer failed (%d): %s" % (r.returncode, r.stdout[-3000:]))
+        _commit(SIM_CTR, ref)
+    info["ref"] = ref
+    info["this_run_seconds"] = round(time.time() - t0, 1)
+    info["total_seconds"] = round(t_mirror + info["base_image_seconds"] + info["build_seconds"], 1)
     return info
 
 

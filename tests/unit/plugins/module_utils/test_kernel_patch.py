@@ -44,3 +44,34 @@ def test_a_downgrade_to_an_installed_older_kernel_does_not_boot_next():
     r = kernel_patch_check(JAMMY, "5.15.0-107-generic", "5.15.0-99-generic")
     assert (r["needed"], r["installed"], r["boots_next"]) == (True, True, False)
     assert r["newer_installed"] == ["5.15.0-107-generic"]
+
+
+def test_module_dep_files_and_candidates():
+    from ansible_collections.npuops.fleet.plugins.module_utils import kmod_versions as kv
+
+    dep = (
+        "updates/dkms/nvidia-current.ko:\n"
+        "updates/dkms/nvidia-current-uvm.ko: updates/dkms/nvidia-current.ko\n"
+        "kernel/drivers/video/nvidia-tesla-535.ko.zst:\n"
+        "kernel/nvidia-580srv/nvidia.ko:\n"
+        "kernel/drivers/net/dummy.ko:\n"
+        "updates/dkms/nvidia-current.ko:\n"
+        "not a module line\n"
+    )
+    files = kv.module_dep_files(dep)
+    assert files == {
+        "nvidia_current": "updates/dkms/nvidia-current.ko",
+        "nvidia_current_uvm": "updates/dkms/nvidia-current-uvm.ko",
+        "nvidia_tesla_535": "kernel/drivers/video/nvidia-tesla-535.ko.zst",
+        "nvidia": "kernel/nvidia-580srv/nvidia.ko",
+        "dummy": "kernel/drivers/net/dummy.ko",
+    }
+    assert kv.module_file_candidates(files, "nvidia") == [
+        "kernel/drivers/video/nvidia-tesla-535.ko.zst",
+        "updates/dkms/nvidia-current-uvm.ko",
+        "updates/dkms/nvidia-current.ko",
+    ]
+    assert kv.module_file_candidates(files, "rebellions") == [
+        "updates/dkms/nvidia-current-uvm.ko",
+        "updates/dkms/nvidia-current.ko",
+    ]

@@ -594,3 +594,80 @@ def test_packaging_request_the_profile_lacks_is_reported(monkeypatch, capsys):
     assert not r.get("failed")  # reported, the role refuses on it
     pk = r["packaging"]
     assert pk["name"] is None and pk["target"] == [] and "'suse' is not in vendor profile 'nvidia'" in pk["error"]
+
+
+# modules.dep as the real depmod wrote it on a Debian host (tests/lab/realpkg/FINDINGS.md): Debian's
+# DKMS package names the files nvidia-current*.ko; the modules they carry are nvidia, nvidia_uvm ...
+DEBIAN_MODULES_DEP = (
+    "updates/dkms/nvidia-current.ko:\n"
+    "updates/dkms/nvidia-current-modeset.ko: updates/dkms/nvidia-current.ko\n"
+    "updates/dkms/nvidia-current-drm.ko: updates/dkms/nvidia-current-modeset.ko updates/dkms/nvidia-current.ko\n"
+    "updates/dkms/nvidia-current-uvm.ko: updates/dkms/nvidia-current.ko\n"
+    "kernel/drivers/net/dummy.ko:\n"
+)
+
+
+class DebianHost(Host):
+    """modinfo as kmod answers there: by module name nothing, by file name and by path the real fields."""
+
+    FILES = {
+        "nvidia-current": "nvidia",
+        "nvidia-current-modeset": "nvidia_modeset",
+        "nvidia-current-drm": "nvidia_drm",
+        "nvidia-current-uvm": "nvidia_uvm",
+    }
+
+    def run(self, args, check=False):
+        if os.path.basename(args[0]) != "modinfo":
+            return super().run(args, check)
+        self.calls.append(args)
+        if args[1:3] == ["-F", "name"]:
+            base = args[3].rsplit("/", 1)[-1][: -len(".ko")]
+            return (0, self.FILES[base] + "\n", "") if base in self.FILES else (0, base.replace("-", "_") + "\n", "")
+        rel, name = args[2], args[-1]
+        if name in self.FILES and rel in self.ondisk:
+            return 0, self.ondisk[rel] + "\n", ""
+        return 1, "", "modinfo: ERROR: Module %s not found.\n" % name
+
+
+def test_debian_renamed_module_files_are_found_by_their_modinfo_name(monkeypatch, capsys):
+    host = DebianHost(
+        fixture("nvidia-smi-query-ok.txt"),
+        0,
+        {
+            "/sys/module/nvidia/version": "535.216.03\n",
+            "/lib/modules/5.15.0-177-generic/modules.dep": DEBIAN_MODULES_DEP,
+            "/lib/modules/5.15.0-179-generic/modules.dep": DEBIAN_MODULES_DEP,
+        },
+        {"5.15.0-177-generic": "535.216.03", "5.15.0-179-generic": "535.216.03"},
+    )
+    run_module(monkeypatch, host, {"vendor": "nvidia"})
+    f = result(capsys)["ansible_facts"]["npu_driver"]
+    assert f["on_disk_versions"] == {"5.15.0-177-generic": "535.216.03", "5.15.0-179-generic": "535.216.03"}
+    assert f["module_present_for_boot_kernel"] is True
+    assert f["modprobe_names"] == {
+        "nvidia": "nvidia-current",
+        "nvidia_drm": "nvidia-current-drm",
+        "nvidia_modeset": "nvidia-current-modeset",
+        "nvidia_uvm": "nvidia-current-uvm",
+    }
+    # each file's name read once; the in-tree module outside updates/ and not named nvidia_* is not read
+    paths = [a[3] for a in host.calls if a[0].endswith("modinfo") and a[1:3] == ["-F", "name"]]
+    assert len(paths) == len(set(paths)) and not any("dummy" in p for p in paths), paths
+
+
+def test_module_named_after_its_file_needs_no_lookup(monkeypatch, capsys):
+    host = Host(
+        fixture("nvidia-smi-query-ok.txt"),
+        0,
+        {
+            "/sys/module/nvidia/version": "580.126.09\n",
+            "/lib/modules/5.15.0-177-generic/modules.dep": "kernel/nvidia-580srv/nvidia.ko:\n"
+            "kernel/nvidia-580srv/nvidia-uvm.ko: kernel/nvidia-580srv/nvidia.ko\n",
+        },
+        {"5.15.0-177-generic": "580.126.09", "5.15.0-179-generic": "580.126.09"},
+    )
+    run_module(monkeypatch, host, {"vendor": "nvidia"})
+    f = result(capsys)["ansible_facts"]["npu_driver"]
+    assert f["modprobe_names"] == {"nvidia": "nvidia", "nvidia_uvm": "nvidia_uvm"}
+    assert not [a for a in host.calls if a[0].endswith("modinfo") and a[1:3] == ["-F", "name"]]

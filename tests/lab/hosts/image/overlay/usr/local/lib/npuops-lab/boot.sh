@@ -4,6 +4,8 @@
 # modules on disk for the booted kernel (as udev/init would), publish state for the node agent.
 HOSTDIR=/var/lib/npuops-lab/host
 ACCEL=none; DEVICES=0
+# an H100 SXM's modalias (vendor 10DE, class 0302: 3D controller), what the kernel hands udev
+NVIDIA_MODALIAS=pci:v000010DEd00002330sv000010DEsd000016C1bc03sc02i00
 [ -r $HOSTDIR/hw.conf ] && . $HOSTDIR/hw.conf
 case "$1" in
 start)
@@ -17,8 +19,19 @@ start)
     nvidia)
         while [ $i -lt "$DEVICES" ]; do : > /dev/nvidia$i; i=$((i+1)); done
         : > /dev/nvidiactl; : > /dev/nvidia-uvm; : > /dev/nvidia-uvm-tools; : > /dev/nvidia-modeset
-        modprobe -q nvidia && modprobe -q nvidia_modeset && modprobe -q nvidia_drm
-        modprobe -q nvidia_uvm
+        # as udev would: by the device's PCI alias where the real depmod indexed real modules (Debian
+        # names the file nvidia-current.ko), else by name; the others by name or Debian's file name
+        if [ -s /lib/modules/$rel/modules.alias ] && modprobe -q "$NVIDIA_MODALIAS"; then
+            for m in modeset drm uvm; do
+                modprobe -q nvidia_$m && continue
+                for f in /lib/modules/$rel/updates/dkms/nvidia-*-$m.ko; do
+                    [ -e "$f" ] && modprobe -q "$(basename "$f" .ko)" && break
+                done
+            done
+        else
+            modprobe -q nvidia && modprobe -q nvidia_modeset && modprobe -q nvidia_drm
+            modprobe -q nvidia_uvm
+        fi
         ;;
     rbln)
         while [ $i -lt "$DEVICES" ]; do : > /dev/rbln$i; i=$((i+1)); done

@@ -7,14 +7,22 @@ The kmod binaries are dpkg-diverted to *.kmod-real; these shims act on the simul
   * modules.dep is the real text format, modules.dep.bin is a JSON index (the real one is a
     binary trie); like libkmod, modprobe resolves names through modules.dep.bin only, so a stale
     or missing .bin makes a module "not found" although the .ko and the modules.dep line exist;
+  * on the real-packaging hosts (tests/lab/realpkg) the module files are REAL ELF objects built by
+    the real dkms and indexed by the real depmod: their fields come from the ELF .modinfo section
+    (the name the kernel gives the module is its "name=" field: Debian's nvidia-current.ko loads
+    as "nvidia"), the index from the real text modules.dep (the real .bin is a trie), device
+    aliases ("pci:v000010DEd...", what udev asks for) from modules.alias; a real module whose
+    "depends" are neither loaded nor on disk fails with "Unknown symbol", as the kernel refuses it;
   * the loaded-module state lives in /sys/module/<name>/{version,refcnt,initstate,holders/}
     (a per-host directory bind-mounted over /sys/module and cleared at every boot);
   * "in use": rmmod refuses while refcnt > 0 (dependent modules loaded) or while a process holds
     one of the module's device files open (found by scanning /proc/*/fd).
 """
+import fnmatch
 import json
 import os
 import re
+import struct
 import sys
 
 SYSMOD = os.environ.get("NPUOPS_SYSMODULE", "/sys/module")
@@ -36,7 +44,43 @@ def norm(name):
     return name.replace("-", "_")
 
 
+def elf_modinfo(path):
+    """The key=value strings of a real module's .modinfo section (ELF64, little endian), or None."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        return None
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+
+    def section(i):
+        name, _typ, _flags, _addr, off, size = struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize)
+        return name, off, size
+
+    _n, stroff, _s = section(shstrndx)
+    info = {}
+    for i in range(shnum):
+        name, off, size = section(i)
+        end = data.index(b"\0", stroff + name)
+        if data[stroff + name:end] != b".modinfo":
+            continue
+        for item in data[off:off + size].split(b"\0"):
+            if b"=" in item:
+                k, v = item.decode("utf-8", "replace").split("=", 1)
+                info.setdefault(k, v)
+    return info
+
+
 def read_modfile(path):
+    try:
+        with open(path, "rb") as f:
+            if f.read(4) == b"\x7fELF":
+                return elf_modinfo(path)
+    except OSError:
+        return None
     info = {}
     try:
         with open(path) as f:
@@ -72,8 +116,37 @@ def load_index(rel):
     try:
         with open(path) as f:
             return json.load(f).get("modules", {})
-    except (OSError, ValueError):
+    except ValueError:
+        return real_index(rel)
+    except OSError:
         return None
+
+
+def real_index(rel):
+    """The real depmod's text modules.dep as the simulated index ({name: {"path", "deps"}})."""
+    modules = {}
+    try:
+        with open(os.path.join(MODROOT, rel, "modules.dep")) as f:
+            for line in f:
+                path, _, deps = line.partition(":")
+                name = norm(os.path.basename(path.strip()).split(".ko")[0])
+                modules.setdefault(name, {"path": path.strip(), "deps": deps.split()})
+    except OSError:
+        return None
+    return modules
+
+
+def alias_target(rel, alias):
+    """The module a device alias (modules.alias, fnmatch patterns) resolves to, as udev's modprobe does."""
+    try:
+        with open(os.path.join(MODROOT, rel, "modules.alias")) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) == 3 and parts[0] == "alias" and fnmatch.fnmatchcase(alias, parts[1]):
+                    return norm(parts[2])
+    except OSError:
+        pass
+    return None
 
 
 def write_index(rel, modules, only=None):
@@ -302,6 +375,8 @@ def modprobe_insert(name, rel, dry, quiet, first_time, verbose):
     prog = "modprobe"
     moddir = os.path.join(MODROOT, rel)
     index = load_index(rel)
+    if ":" in name:
+        name = alias_target(rel, name) or name
     if index is None or name not in index:
         if not quiet:
             err(prog, "FATAL: Module %s not found in directory %s" % (name, moddir))
@@ -311,13 +386,14 @@ def modprobe_insert(name, rel, dry, quiet, first_time, verbose):
     for relpath in chain:
         full = os.path.join(moddir, relpath)
         info = read_modfile(full)
-        mname = norm(os.path.basename(relpath).split(".ko")[0])
+        fname = norm(os.path.basename(relpath).split(".ko")[0])
         if info is None:
             if not quiet:
                 err(prog, "FATAL: could not load %s: No such file or directory" % full)
             return 1
+        mname = norm(info.get("name") or fname)
         if loaded(mname):
-            if mname == name and first_time:
+            if fname == name and first_time:
                 if not quiet:
                     err(prog, "ERROR: could not insert '%s': Module already in kernel" % name)
                 return 1
@@ -331,8 +407,22 @@ def modprobe_insert(name, rel, dry, quiet, first_time, verbose):
             if not quiet:
                 err(prog, "ERROR: could not insert '%s': Exec format error" % mname)
             return 1
+        missing = [d for d in info.get("depends", "").split(",") if d and not loaded(norm(d))]
+        if missing and is_elf(full):
+            if not quiet:
+                err(prog, "ERROR: could not insert '%s': Unknown symbol in module, or unknown parameter "
+                    "(see dmesg)" % mname)
+            return 1
         do_insert(mname, info)
     return 0
+
+
+def is_elf(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"\x7fELF"
+    except OSError:
+        return False
 
 
 def modprobe_remove(name, dry, quiet, first_time):

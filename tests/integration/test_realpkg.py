@@ -1,0 +1,138 @@
+"""Debian's REAL NVIDIA packages and the REAL dkms through playbooks/maintenance_window.yml.
+
+The host (tests/lab/realpkg, ``hostctl spawn --realpkg``) runs Debian bookworm's nvidia-graphics-drivers
+535.216.03 (bookworm-backports) as its archive packages it: ``nvidia-kernel-dkms`` compiled by the real
+dkms against the real ``linux-headers-6.1.0-50-amd64`` into ``updates/dkms/nvidia-current.ko``, indexed
+by the real depmod. What cannot exist in a container is simulated: the booted kernel, loading modules
+(kmodsim reads the real ELF module: the kernel's name ``nvidia`` from its .modinfo, its version), the
+GPUs (nvidia-smi and nvidia-persistenced diverted to the lab's, which read the real libnvidia-ml
+package's library version and the loaded module).
+
+harden.yml holds the driver family; the window moves it in-branch to 535.261.03 (bookworm): one apt
+transaction releases the family's holds, the real dkms rebuilds the module, the role unloads and loads
+it back by its Debian file name (nvidia-current), verify reads 535.261.03 everywhere, the holds are
+back, and a rerun changes nothing.
+
+It pays one real DKMS build (4-9 minutes on 2 cores) plus, cold, the image build (~11 minutes): it runs
+in ``make test-realpkg`` (NPUOPS_REALPKG=1), not in ``make test``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+
+import pytest
+from labhelpers import REPO, create_kwok_nodes, delete_nodes, run_playbook, wait
+from test_host_lost import HOSTCTL, hostctl, hx, lab_dir
+
+pytestmark = [
+    pytest.mark.lab,
+    pytest.mark.skipif(os.environ.get("NPUOPS_REALPKG") != "1", reason="real-package lab: make test-realpkg"),
+]
+
+OLD, TARGET = "535.216.03", "535.261.03"
+KERNEL = "6.1.0-50-amd64"
+STATE = "nvidia.com/gpu-driver-upgrade-state"
+# what moves in-branch: the nvidia-graphics-drivers binaries at the exact version (FINDINGS.md)
+MOVING = {
+    "nvidia-kernel-dkms",
+    "nvidia-smi",
+    "libnvidia-ml1",
+    "firmware-nvidia-gsp",
+    "libnvidia-cfg1",
+    "nvidia-alternative",
+    "nvidia-kernel-support",
+    "nvidia-legacy-check",
+}
+
+
+@pytest.fixture
+def realpkg_host(core_v1):
+    name = create_kwok_nodes(
+        core_v1,
+        "lab-realpkg",
+        1,
+        labels={"nvidia.com/gpu.present": "true"},
+        capacity={"cpu": "4", "memory": "8Gi", "pods": "110", "nvidia.com/gpu": "2"},
+    )[0]
+    try:
+        hostctl("spawn", name, "--node", "--realpkg", timeout=3600)
+        wait(
+            f"{name}: driver labels from the node agent",
+            lambda: (core_v1.read_node(name).metadata.labels or {}).get("nvidia.com/cuda.driver.major") == "535",
+            90,
+        )
+        yield name
+    finally:
+        subprocess.run(
+            [str(HOSTCTL), "rm", name],
+            capture_output=True,
+            env=dict(os.environ, NPUOPS_LAB_DIR=str(lab_dir())),
+            check=False,
+        )
+        delete_nodes(core_v1, [name])
+
+
+def play(name, kubeconfig, report_dir, book, *extra):
+    inv = report_dir / "hosts.yml"
+    inv.write_text(f"all:\n  children:\n    gpu_nodes:\n      hosts:\n        {name}:\n")
+    return run_playbook(book, [str(REPO / "inventories" / "lab"), str(inv)], extra, kubeconfig, report_dir)
+
+
+def dpkg(name):
+    out = hx(name, "dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\\n'").stdout
+    return {p: (v, st) for p, v, st in (ln.split() for ln in out.splitlines() if len(ln.split()) == 3) if st[1] == "i"}
+
+
+def test_in_branch_upgrade_with_real_debian_packages_and_real_dkms(core_v1, realpkg_host, lab_kubeconfig, tmp_path):
+    name = realpkg_host
+    report_dir = tmp_path / "reports"
+    report_dir.mkdir()
+    before = dpkg(name)
+    assert before["nvidia-kernel-dkms"][0] == OLD + "-2~bpo12+1", before
+    assert hx(name, "dkms status").stdout.strip() == f"nvidia-current/{OLD}, {KERNEL}, x86_64: installed"
+    # the kernel's name for Debian's nvidia-current.ko, and the version the real module carries
+    assert hx(name, "cat /sys/module/nvidia/version").stdout.strip() == OLD
+    assert hx(name, "modprobe -n nvidia; echo rc=$?").stdout.strip().endswith("rc=1")
+
+    rc, out = play(name, lab_kubeconfig, report_dir, "harden.yml", f"harden_hosts={name}")
+    assert rc == 0, out[-3000:]
+    held = set(hx(name, "apt-mark showhold").stdout.split())
+    assert MOVING <= held, sorted(MOVING - held)
+
+    window = [
+        "maintenance_window.yml",
+        f"maintenance_hosts={name}",
+        f"maintenance_report_dir={report_dir}",
+        f"maintenance_lease_name=realpkg-{uuid.uuid4().hex[:5]}",
+        {
+            "driver_upgrade_policy": {"maxParallelUpgrades": 0, "maxUnavailable": "100%", "drain": {"enable": False}},
+            "driver_upgrade_target_version": TARGET,
+        },
+    ]
+    rc, out = play(name, lab_kubeconfig, report_dir, *window)
+    assert rc == 0, out[-6000:]
+    s = json.loads((report_dir / "latest.json").read_text())
+    h = {x["host"]: x for x in s["hosts"]}[name]
+    assert h["status"] == "upgraded" and h["final_state"] == "upgrade-done", h
+    assert (core_v1.read_node(name).metadata.labels or {}).get(STATE) == "upgrade-done"
+
+    after = dpkg(name)
+    assert {p: after[p][0] for p in MOVING} == {p: TARGET + "-1" for p in MOVING}, after
+    # the real dkms built the new module for the boot kernel and dropped the old one
+    assert hx(name, "dkms status").stdout.strip() == f"nvidia-current/{TARGET}, {KERNEL}, x86_64: installed"
+    ko = f"/lib/modules/{KERNEL}/updates/dkms/nvidia-current.ko"
+    assert hx(name, f"modinfo -F version {ko}").stdout.strip() == TARGET
+    assert hx(name, "cat /sys/module/nvidia/version").stdout.strip() == TARGET
+    assert hx(name, "systemctl is-active nvidia-persistenced").stdout.strip() == "active"
+    held = set(hx(name, "apt-mark showhold").stdout.split())
+    assert MOVING <= held, sorted(MOVING - held)
+
+    rc, out = play(name, lab_kubeconfig, report_dir, *window)
+    assert rc == 0, out[-4000:]
+    recap = [ln for ln in out.splitlines() if ln.startswith(name + " ") and "changed=" in ln]
+    assert recap and "changed=0" in recap[-1], recap
+    assert dpkg(name) == after
