@@ -14,6 +14,11 @@ from __future__ import annotations
 import copy
 from typing import Any, Mapping, Optional
 
+# How a packaging flavour gets its kernel module (``build``; module_utils/host/packaging.py): DKMS builds
+# it on the host, or a package ships it prebuilt. The one definition: host/packaging imports it (this
+# module must not import host/packaging, which imports this one).
+BUILDS = ("dkms", "precompiled")
+
 # Upgrade states: the GPU Operator's names plus the NPU operator's reboot states.
 UPGRADE_STATES = (
     "upgrade-required",
@@ -205,6 +210,8 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
             "cuda-*",
             "xserver-xorg-video-nvidia-*",
             "linux-modules-nvidia-*",
+            # Debian's GSP firmware, pinned by the kernel module package at the driver's exact version
+            "firmware-nvidia-*",
         ],
         "package_version_suffix": "-0ubuntu1",
         "image": "nvcr.io/nvidia/driver",
@@ -345,10 +352,10 @@ def validate_profile(vendor: str, profile: Mapping[str, Any]) -> None:
     for i, flavour in enumerate(profile.get("packaging") or []):
         if not isinstance(flavour, Mapping) or not flavour.get("name") or not flavour.get("packages"):
             raise ProfileError("vendor profile %r: packaging[%d] needs a name and packages" % (vendor, i))
-        if flavour.get("build") not in ("dkms", "precompiled"):
+        if flavour.get("build") not in BUILDS:
             raise ProfileError(
-                "vendor profile %r: packaging flavour %r: build must be dkms or precompiled, got %r"
-                % (vendor, flavour["name"], flavour.get("build"))
+                "vendor profile %r: packaging flavour %r: build must be %s, got %r"
+                % (vendor, flavour["name"], " or ".join(BUILDS), flavour.get("build"))
             )
     default = profile.get("packaging_default")
     if default and default not in [f["name"] for f in profile.get("packaging") or []]:

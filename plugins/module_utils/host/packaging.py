@@ -24,11 +24,15 @@ and ``nvidia-open-<branch>``.
 
 from __future__ import annotations
 
-import fnmatch
+import functools
 import re
 from typing import Any, Iterable, Mapping, Optional
 
-BUILDS = ("dkms", "precompiled")
+from ansible_collections.npuops.fleet.plugins.module_utils import vendor_profiles
+from ansible_collections.npuops.fleet.plugins.module_utils.apt_state import match_families
+
+# a flavour's ``build`` values: defined in vendor_profiles, which validates them (and imports nothing here)
+BUILDS = vendor_profiles.BUILDS
 
 # Where DKMS finds its signing key (dkms >= 3 generates /var/lib/dkms/mok.*; Ubuntu's shim-signed
 # update-secureboot-policy makes /var/lib/shim-signed/mok/MOK.*): the public half, DER.
@@ -63,38 +67,46 @@ def companions(profile: Mapping[str, Any], installed: Iterable[str], version: st
     ``companion_packages``: ``[{"detect": [patterns], "packages": [templates]}]``): NVIDIA's fabric manager
     and its NSCQ library must be exactly the driver's version on NVSwitch systems, else
     ``nvidia-fabricmanager`` refuses to start. -> ``[{"packages": [names at version], "templates",
-    "evidence"}]`` for each group with an installed ``detect`` package."""
-    names = sorted(set(installed))
-    branch = _branch(version)
+    "evidence": [installed names, sorted]}]`` for each group with an installed ``detect`` package
+    (matched as ``apt_state.match_families``), in profile order."""
+    names = set(installed)
     res = []
     for group in profile.get("companion_packages") or []:
-        hits = [n for n in names if any(fnmatch.fnmatchcase(n, pat) for pat in group.get("detect") or [])]
+        hits = match_families(names, group.get("detect") or [])
         if hits:
             tmpls = [str(t) for t in group.get("packages") or []]
-            res.append(
-                {
-                    "packages": [t.replace("{branch}", branch).replace("{version}", str(version)) for t in tmpls],
-                    "templates": tmpls,
-                    "evidence": hits,
-                }
-            )
+            res.append({"packages": [_fill(t, version) for t in tmpls], "templates": tmpls, "evidence": hits})
     return res
 
 
 def _branch(version: str) -> str:
+    """``"550.90.07"`` -> ``"550"`` (everything before the first dot)."""
     return str(version).split(".", maxsplit=1)[0]
 
 
+def _fill(template: str, version: str, kernel: Optional[str] = None) -> str:
+    """A package name template filled in: ``{branch}`` (``550``) and ``{version}`` (``550.90.07``) from
+    ``version``, ``{kernel}`` from ``kernel`` (left as it is when None)::
+
+        _fill("linux-modules-nvidia-{branch}-server-{kernel}", "550.90.07", "6.8.0-45-generic")
+        -> "linux-modules-nvidia-550-server-6.8.0-45-generic"
+    """
+    name = template.replace("{branch}", _branch(version)).replace("{version}", str(version))
+    return name if kernel is None else name.replace("{kernel}", kernel)
+
+
 def _wild(template: str) -> str:
-    return template.replace("{branch}", "*").replace("{version}", "*").replace("{kernel}", "*")
+    """The template as an fnmatch pattern: every placeholder ``*`` (``_branch("*")`` is ``"*"``)."""
+    return _fill(template, "*", "*")
 
 
 def installed_flavours(profile: Mapping[str, Any], installed: Iterable[str]) -> list[dict[str, Any]]:
-    """Every flavour with an installed marker: ``[{"name", "evidence": [package names]}]``, in order."""
-    names = sorted(set(installed))
+    """Every flavour with an installed marker: ``[{"name", "evidence": [package names, sorted]}]``, in
+    detection order; ``detect`` patterns are matched as ``apt_state.match_families`` does."""
+    names = set(installed)
     res = []
     for fl in flavours(profile):
-        hits = [n for n in names if any(fnmatch.fnmatchcase(n, pat) for pat in fl["detect"])]
+        hits = match_families(names, fl["detect"])
         if hits:
             res.append({"name": fl["name"], "evidence": hits})
     return res
@@ -133,15 +145,14 @@ def choose(profile: Mapping[str, Any], installed: Iterable[str], requested: Opti
 
 
 def target_packages(flavour: Mapping[str, Any], version: str, kernel: str) -> list[str]:
-    """The flavour's package names for driver ``version`` on ``kernel`` (templates filled in)."""
-    branch = _branch(version)
-    return [
-        p.replace("{branch}", branch).replace("{version}", str(version)).replace("{kernel}", kernel)
-        for p in flavour["packages"]
-    ]
+    """The flavour's package names for driver ``version`` on ``kernel`` (templates filled in), in order."""
+    return [_fill(p, version, kernel) for p in flavour["packages"]]
 
 
+@functools.cache
 def _template_re(template: str) -> "re.Pattern[str]":
+    """A template as an anchored regex over installed names; ``{branch}``'s first occurrence is the
+    named group ``branch`` (compiled once per template)."""
     rx = re.escape(template)
     # a kernel release starts with a digit: "-server-{kernel}" must match neither "-server-open-5.15..."
     # nor the "-generic" meta package
@@ -161,17 +172,37 @@ def leaving_packages(
     transaction: on a branch change (535 -> 550) those of another branch, per-kernel module packages
     (``linux-modules-nvidia-535-server-open-<kernel>``) of every kernel too; on a flavour change (Debian
     tesla-535 -> current) all of the old flavour's. ``old`` is the host's installed flavour (None: none).
-    The same flavour and branch removes nothing (per-kernel packages of other kernels stay)."""
+    The same flavour and branch removes nothing (per-kernel packages of other kernels stay). Sorted."""
     if not old:
         return []
+    return _replaced(old["packages"], installed, target, version, any_branch=old["name"] != new["name"])
+
+
+def leaving_companions(
+    groups: Iterable[Mapping[str, Any]], installed: Iterable[str], target: Iterable[str], version: str
+) -> list[str]:
+    """Installed companion packages of another branch that the target's companions replace, removed in
+    the same transaction (``nvidia-fabricmanager-535``, ``libnvidia-nscq-535`` on a move to 550).
+    ``groups`` is :func:`companions`'s result for ``version`` (each group's ``templates`` are matched);
+    ``target`` the whole target set (driver and companion packages: nothing in it leaves). Branchless
+    templates (the CUDA repository's ``nvidia-fabricmanager``) remove nothing. Sorted, unique."""
+    templates = [t for group in groups for t in group["templates"]]
+    return _replaced(templates, installed, target, version, any_branch=False)
+
+
+def _replaced(
+    templates: Iterable[str], installed: Iterable[str], target: Iterable[str], version: str, any_branch: bool
+) -> list[str]:
+    """Installed names outside ``target`` that one of ``templates`` matches: every match when
+    ``any_branch``, else only those whose ``{branch}`` is not ``version``'s. Sorted, unique."""
+    tmpls = list(templates)
     branch = _branch(version)
     keep = set(target)
-    moved = old["name"] != new["name"]
     res = []
     for name in sorted(set(installed) - keep):
-        for tmpl in old["packages"]:
+        for tmpl in tmpls:
             m = _template_re(tmpl).match(name)
-            if m and (moved or ("branch" in m.groupdict() and m.group("branch") != branch)):
+            if m and (any_branch or ("branch" in m.groupdict() and m.group("branch") != branch)):
                 res.append(name)
                 break
     return res

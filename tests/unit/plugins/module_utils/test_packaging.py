@@ -5,10 +5,14 @@ NVIDIA's CUDA repository)."""
 
 from __future__ import annotations
 
+import ast
+import inspect
+
 import pytest
 
+from ansible_collections.npuops.fleet.plugins.module_utils import vendor_profiles
 from ansible_collections.npuops.fleet.plugins.module_utils.host import packaging
-from ansible_collections.npuops.fleet.plugins.module_utils.vendor_profiles import resolve_profile
+from ansible_collections.npuops.fleet.plugins.module_utils.vendor_profiles import ProfileError, resolve_profile
 
 NV = resolve_profile("nvidia")
 
@@ -301,3 +305,201 @@ def test_a_pending_key_is_refused():
     )
     assert "only queued for enrolment (mokutil --list-new)" in res["problems"][0]
     assert res["signing_problems"] == res["problems"] and res["kernel_problems"] == {"k": []}
+
+
+def test_detection_is_fnmatch_over_whole_names_case_sensitive_sorted_and_unique():
+    installed = iter(
+        [
+            "nvidia-dkms-550",
+            "cuda-drivers-550",
+            "cuda-drivers",
+            "cuda-drivers-550",
+            "CUDA-DRIVERS-550",
+            "xcuda-drivers",
+            "nvidia-dkms-550-server-open",
+        ]
+    )
+    assert packaging.installed_flavours(NV, installed) == [
+        {"name": "cuda-repo", "evidence": ["cuda-drivers", "cuda-drivers-550"]},
+        {"name": "ubuntu-server-open", "evidence": ["nvidia-dkms-550-server-open"]},
+    ]
+    assert packaging.installed_flavours(NV, ["dkms", "nvidia-dkms-550-server-openx"]) == []
+
+
+def test_detection_ignores_an_architecture_qualifier_as_match_families_does():
+    """apt_state.in_families' rule (dpkg-query's ${binary:Package} form); the evidence keeps the name."""
+    assert packaging.installed_flavours(NV, ["nvidia-dkms-550-server-open:amd64"]) == [
+        {"name": "ubuntu-server-open", "evidence": ["nvidia-dkms-550-server-open:amd64"]}
+    ]
+    assert packaging.companions(NV, ["nvidia-fabricmanager:amd64"], "580.95.05") == [
+        {
+            "packages": ["nvidia-fabricmanager", "libnvidia-nscq"],
+            "templates": ["nvidia-fabricmanager", "libnvidia-nscq"],
+            "evidence": ["nvidia-fabricmanager:amd64"],
+        }
+    ]
+
+
+def test_companion_groups_whole_shape():
+    host = iter(
+        ["nvidia-fabricmanager-535", "nvidia-fabricmanager", "libnvidia-nscq-535", "nvidia-fabricmanager-dev-535"]
+    )
+    assert packaging.companions(NV, host, "550.127.05") == [
+        {
+            "packages": ["nvidia-fabricmanager-550", "libnvidia-nscq-550"],
+            "templates": ["nvidia-fabricmanager-{branch}", "libnvidia-nscq-{branch}"],
+            "evidence": ["nvidia-fabricmanager-535"],
+        },
+        {
+            "packages": ["nvidia-fabricmanager", "libnvidia-nscq"],
+            "templates": ["nvidia-fabricmanager", "libnvidia-nscq"],
+            "evidence": ["nvidia-fabricmanager"],
+        },
+    ]
+
+
+def test_companion_templates_get_branch_and_version_but_not_the_kernel():
+    p = resolve_profile(
+        "nvidia",
+        {
+            "companion_packages": [
+                {"detect": ["acme-fm*"], "packages": ["acme-fm-{version}", "acme-fm-{branch}-{kernel}"]}
+            ]
+        },
+    )
+    assert packaging.companions(p, ["acme-fm-1", "acme-fm"], "550.90.07") == [
+        {
+            "packages": ["acme-fm-550.90.07", "acme-fm-550-{kernel}"],
+            "templates": ["acme-fm-{version}", "acme-fm-{branch}-{kernel}"],
+            "evidence": ["acme-fm", "acme-fm-1"],
+        }
+    ]
+
+
+def test_target_templates_fill_every_placeholder_occurrence():
+    fl = {"packages": ["a-{branch}-{branch}", "b-{version}", "c-{kernel}-{branch}", "plain"]}
+    assert packaging.target_packages(fl, "550.90.07", "6.8.0-45-generic") == [
+        "a-550-550",
+        "b-550.90.07",
+        "c-6.8.0-45-generic-550",
+        "plain",
+    ]
+    # a version without a dot is its own branch
+    assert packaging.target_packages(fl, "580", "k") == ["a-580-580", "b-580", "c-k-580", "plain"]
+
+
+def test_detect_defaults_to_the_templates_with_wildcards():
+    p = resolve_profile(
+        "nvidia",
+        {
+            "packages": ["nvidia-headless-{branch}-server", "acme-{version}-{kernel}", "plain"],
+            "packaging": [
+                {"name": "x", "build": "precompiled", "packages": ["x-mod-{branch}-{kernel}", "x-{version}"]}
+            ],
+            "packaging_default": "x",
+        },
+    )
+    assert packaging.flavours(p) == [
+        {
+            "name": "packages",
+            "build": "dkms",
+            "packages": ["nvidia-headless-{branch}-server", "acme-{version}-{kernel}", "plain"],
+            "detect": ["nvidia-headless-*-server", "acme-*-*", "plain"],
+        },
+        {
+            "name": "x",
+            "build": "precompiled",
+            "packages": ["x-mod-{branch}-{kernel}", "x-{version}"],
+            "detect": ["x-mod-*-*", "x-*"],
+        },
+    ]
+
+
+def test_template_regexes_are_compiled_once_per_template():
+    packaging._template_re.cache_clear()
+    fl = packaging.choose(NV, UBUNTU_PRECOMPILED_535)
+    first = packaging.leaving_packages(fl, fl, UBUNTU_PRECOMPILED_535, [], "550.127.05")
+    assert packaging.leaving_packages(fl, fl, UBUNTU_PRECOMPILED_535, [], "550.127.05") == first
+    info = packaging._template_re.cache_info()
+    assert (info.misses, info.currsize) == (6, 6)  # the flavour's six templates
+    assert packaging._template_re("a-{branch}") is packaging._template_re("a-{branch}")
+
+
+LEAVING_FM = [
+    # (host, version, target, leaving)
+    (
+        UBUNTU_DKMS_535 + ["nvidia-fabricmanager-535", "libnvidia-nscq-535"],
+        "550.127.05",
+        ["nvidia-driver-550-server-open", "nvidia-fabricmanager-550", "libnvidia-nscq-550"],
+        ["libnvidia-nscq-535", "nvidia-fabricmanager-535"],
+    ),
+    # in-branch: nothing leaves
+    (UBUNTU_DKMS_535 + ["nvidia-fabricmanager-535", "libnvidia-nscq-535"], "535.261.03", [], []),
+    # the CUDA repository's branchless names: nothing leaves
+    (["nvidia-fabricmanager", "libnvidia-nscq", "cuda-drivers"], "580.95.05", ["nvidia-fabricmanager"], []),
+    # both groups; another package that only starts like one stays
+    (
+        [
+            "nvidia-fabricmanager-535",
+            "libnvidia-nscq-570",
+            "nvidia-fabricmanager",
+            "libnvidia-nscq",
+            "nvidia-fabricmanager-dev-535",
+        ],
+        "580.95.05",
+        ["nvidia-fabricmanager-580", "libnvidia-nscq-580", "nvidia-fabricmanager", "libnvidia-nscq"],
+        ["libnvidia-nscq-570", "nvidia-fabricmanager-535"],
+    ),
+    # without a fabric manager there are no companions
+    (UBUNTU_DKMS_535 + ["libnvidia-nscq-535"], "550.127.05", [], []),
+]
+
+
+@pytest.mark.parametrize("host,version,target,want", LEAVING_FM)
+def test_old_branch_companions_leave(host, version, target, want):
+    groups = packaging.companions(NV, host, version)
+    assert packaging.leaving_companions(groups, host, target, version) == want
+
+
+@pytest.mark.parametrize("host,version,target,want", LEAVING_FM)
+def test_leaving_companions_is_what_driver_facts_computed_with_flavour_dicts(host, version, target, want):
+    """npu_driver_facts' former companion removals: leaving_packages per group with stand-in flavours."""
+    groups = packaging.companions(NV, host, version)
+    old_way = []
+    for c in groups:
+        old_way += packaging.leaving_packages(
+            {"name": "companion", "packages": c["templates"]}, {"name": "companion"}, host, target, version
+        )
+    assert sorted(set(old_way)) == packaging.leaving_companions(groups, host, target, version) == want
+
+
+def test_a_companion_in_the_target_does_not_leave():
+    groups = [{"packages": ["libnvidia-nscq-550"], "templates": ["libnvidia-nscq-{branch}"], "evidence": []}]
+    assert packaging.leaving_companions(groups, ["libnvidia-nscq-535"], ["libnvidia-nscq-535"], "550.1") == []
+    assert packaging.leaving_companions(groups, ["libnvidia-nscq-535"], [], "550.1") == ["libnvidia-nscq-535"]
+    assert packaging.leaving_companions([], ["libnvidia-nscq-535"], [], "550.1") == []
+
+
+def test_build_kinds_have_one_definition():
+    assert vendor_profiles.BUILDS == ("dkms", "precompiled")
+    assert packaging.BUILDS is vendor_profiles.BUILDS
+    with pytest.raises(ProfileError) as exc:
+        resolve_profile(
+            "nvidia", {"packaging": [{"name": "x", "build": "rpm", "packages": ["a"]}], "packaging_default": "x"}
+        )
+    assert (
+        str(exc.value) == "vendor profile 'nvidia': packaging flavour 'x': build must be dkms or precompiled, got 'rpm'"
+    )
+    for build in ("dkms", "precompiled"):
+        p = resolve_profile(
+            "nvidia", {"packaging": [{"name": "x", "build": build, "packages": ["a"]}], "packaging_default": "x"}
+        )
+        assert p["packaging"][0]["build"] == build
+
+
+def test_vendor_profiles_does_not_import_host_helpers():
+    """host/packaging imports vendor_profiles (BUILDS): the other way round would be a cycle."""
+    tree = ast.parse(inspect.getsource(vendor_profiles))
+    imported = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    assert [m for m in imported if m and ("module_utils.host" in m or "packaging" in m)] == []
