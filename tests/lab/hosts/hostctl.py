@@ -6,7 +6,7 @@
   hostctl down             stop the agent, remove the hosts' containers and state
   hostctl status           hosts, booted kernel, loaded driver, agent
   hostctl spawn NAME [--accelerator nvidia|rbln|none] [--devices N] [--os 22.04|24.04]
-                           [--kernel R] [--driver V] [--packaging dkms|precompiled]
+                           [--kernel R] [--driver V] [--packaging dkms|precompiled|cuda-repo|cuda-repo-open]
                            [--service UNIT]... [--node]
                            scratch host for tests; with --node the agent keeps it behind the
                            (existing) Node NAME
@@ -253,6 +253,13 @@ def packages_for(spec):
             # Ubuntu's precompiled flavour: the signed per-kernel module package, no DKMS
             pk += ["%s=%s" % (p, full) for p in ("nvidia-kernel-common-%s-server" % b,) + userspace]
             pk += ["linux-modules-nvidia-%s-server-open-%s" % (b, spec["kernel"])]
+        elif spec.get("packaging") in ("cuda-repo", "cuda-repo-open"):
+            # NVIDIA's CUDA repository, as the product names it: the meta (V-1) and its closure (V-0ubuntu1)
+            o = "-open" if spec["packaging"] == "cuda-repo-open" else ""
+            pk += ["%s-%s=%s-1" % ("nvidia-open" if o else "cuda-drivers", b, v)]
+            pk += ["%s=%s" % (p, full) for p in (
+                "nvidia-driver-%s%s" % (b, o), "nvidia-dkms-%s%s" % (b, o), "nvidia-kernel-common-" + b,
+                "libnvidia-compute-" + b, "nvidia-utils-" + b, "nvidia-compute-utils-" + b)]
         else:
             pk += ["%s=%s" % (p, full) for p in (
                 "nvidia-driver-%s-server-open" % b, "nvidia-dkms-%s-server-open" % b) + userspace]
@@ -671,8 +678,9 @@ def main():
     s.add_argument("--os", default="22.04", choices=sorted(OS))
     s.add_argument("--kernel")
     s.add_argument("--driver")
-    s.add_argument("--packaging", default="dkms", choices=["dkms", "precompiled"],
-                   help="nvidia: Ubuntu's DKMS packages (default) or its precompiled per-kernel modules")
+    s.add_argument("--packaging", default="dkms", choices=["dkms", "precompiled", "cuda-repo", "cuda-repo-open"],
+                   help="nvidia: Ubuntu's DKMS packages (default), its precompiled per-kernel modules, or NVIDIA's "
+                        "CUDA repository (cuda-drivers-B / nvidia-open-B and their closure, DKMS)")
     s.add_argument("--service", action="append", default=[],
                    help="enable this systemd unit after the driver install (repeatable)")
     s.add_argument("--realpkg", action="store_true",

@@ -226,11 +226,45 @@ def dkms_scripts(deb, mod, version):
         "  dkms remove -m %s -v %s --all || true ;;\nesac\n" % (mod, version))
 
 
+# the simulated payloads of NVIDIA's driver packages, shared by the Ubuntu-archive and the CUDA-repository
+# flavours (the lab's nvidia-smi, loader and dkms read them; the module DKMS builds is nvidia* in both)
+def compute_payload(deb, version):
+    for lib in ("libnvidia-ml", "libcuda", "libnvidia-ptxjitcompiler"):
+        deb.add("/usr/lib/x86_64-linux-gnu/%s.so.%s" % (lib, version),
+                "simulated %s %s\n" % (lib, version))
+        deb.links["/usr/lib/x86_64-linux-gnu/%s.so.1" % lib] = "%s.so.%s" % (lib, version)
+
+
+def utils_payload(deb):
+    deb.add("/usr/bin/nvidia-smi", open(os.path.join(FILES, "nvidia-smi")).read(), 0o755)
+
+
+def compute_utils_payload(deb, version):
+    deb.add("/usr/bin/nvidia-persistenced",
+            open(os.path.join(FILES, "nvidia-persistenced")).read().replace("@VERSION@", version), 0o755)
+    deb.add("/lib/systemd/system/nvidia-persistenced.service",
+            "[Unit]\nDescription=NVIDIA Persistence Daemon\nWants=syslog.target\n\n"
+            "[Service]\nType=forking\nPIDFile=/var/run/nvidia-persistenced/nvidia-persistenced.pid\n"
+            "Restart=no\nExecStart=/usr/bin/nvidia-persistenced --user root\n"
+            "ExecStopPost=/bin/rm -rf /var/run/nvidia-persistenced\n\n"
+            "[Install]\nWantedBy=multi-user.target\n")
+    deb.scripts["prerm"] = ('[ "$1" = remove ] && systemctl stop nvidia-persistenced.service '
+                            '>/dev/null 2>&1 || true\n')
+
+
+def dkms_payload(deb, version, flavour="open "):
+    deb.add("/usr/src/nvidia-%s/dkms.conf" % version,
+            'PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="%s"\nAUTOINSTALL="yes"\nLICENSE="Dual MIT/GPL"\n'
+            'DESCRIPTION="NVIDIA %skernel module %s"\n'
+            'MODULES="nvidia nvidia_modeset:nvidia nvidia_drm:nvidia_modeset nvidia_uvm:nvidia"\n'
+            % (version, flavour, version))
+    dkms_scripts(deb, "nvidia", version)
+
+
 def nvidia_debs(version):
     branch = version.split(".")[0]
     full = version + "-0ubuntu1"
     sfx = "%s-server" % branch
-    smi = open(os.path.join(FILES, "nvidia-smi")).read()
     debs = []
 
     def virt(kind):
@@ -245,16 +279,13 @@ def nvidia_debs(version):
     compute = Deb("libnvidia-compute-" + sfx, full, section="libs",
                   depends="libnvidia-common-%s (= %s)" % (sfx, full),
                   description="NVIDIA libcompute package", **virt("compute"))
-    for lib in ("libnvidia-ml", "libcuda", "libnvidia-ptxjitcompiler"):
-        compute.add("/usr/lib/x86_64-linux-gnu/%s.so.%s" % (lib, version),
-                    "simulated %s %s\n" % (lib, version))
-        compute.links["/usr/lib/x86_64-linux-gnu/%s.so.1" % lib] = "%s.so.%s" % (lib, version)
+    compute_payload(compute, version)
     debs.append(compute)
 
     utils = Deb("nvidia-utils-" + sfx, full, section="utils",
                 depends="libnvidia-compute-%s" % sfx,
                 description="NVIDIA driver support binaries", **virt("utils"))
-    utils.add("/usr/bin/nvidia-smi", smi, 0o755)
+    utils_payload(utils)
     debs.append(utils)
 
     # the persistence daemon and its unit, as Ubuntu ships them; enabled per host by the lab (hostctl
@@ -262,26 +293,12 @@ def nvidia_debs(version):
     cu = Deb("nvidia-compute-utils-" + sfx, full, section="utils",
              depends="libnvidia-compute-%s" % sfx,
              description="NVIDIA compute utilities (nvidia-persistenced)", **virt("compute-utils"))
-    cu.add("/usr/bin/nvidia-persistenced",
-           open(os.path.join(FILES, "nvidia-persistenced")).read().replace("@VERSION@", version), 0o755)
-    cu.add("/lib/systemd/system/nvidia-persistenced.service",
-           "[Unit]\nDescription=NVIDIA Persistence Daemon\nWants=syslog.target\n\n"
-           "[Service]\nType=forking\nPIDFile=/var/run/nvidia-persistenced/nvidia-persistenced.pid\n"
-           "Restart=no\nExecStart=/usr/bin/nvidia-persistenced --user root\n"
-           "ExecStopPost=/bin/rm -rf /var/run/nvidia-persistenced\n\n"
-           "[Install]\nWantedBy=multi-user.target\n")
-    cu.scripts["prerm"] = ('[ "$1" = remove ] && systemctl stop nvidia-persistenced.service '
-                           '>/dev/null 2>&1 || true\n')
+    compute_utils_payload(cu, version)
     debs.append(cu)
 
     dk = Deb("nvidia-dkms-%s-open" % sfx, full, section="kernel",
              description="NVIDIA DKMS package (open kernel module)", **virt("dkms"))
-    dk.add("/usr/src/nvidia-%s/dkms.conf" % version,
-           'PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="%s"\nAUTOINSTALL="yes"\nLICENSE="Dual MIT/GPL"\n'
-           'DESCRIPTION="NVIDIA open kernel module %s"\n'
-           'MODULES="nvidia nvidia_modeset:nvidia nvidia_drm:nvidia_modeset nvidia_uvm:nvidia"\n'
-           % (version, version))
-    dkms_scripts(dk, "nvidia", version)
+    dkms_payload(dk, version)
     debs.append(dk)
 
     drv = Deb("nvidia-driver-%s-open" % sfx, full, section="restricted/misc",
@@ -325,6 +342,71 @@ def precompiled_debs(version, index):
     return debs
 
 
+def cuda_repo_debs(version):
+    """NVIDIA's CUDA repository flavour of ``version`` (developer.download.nvidia.com/compute/cuda/repos/
+    ubuntu2204/x86_64; README "CUDA repository packages"): NVIDIA's meta packages ``cuda-drivers-<branch>``
+    and ``nvidia-open-<branch>`` at ``V-1`` over NVIDIA's rebuild of Ubuntu's packaging, branch-named without
+    ``-server``, at ``V-0ubuntu1``. The metas depend with ``>=`` (apt takes its newest), the driver metas
+    exactly (``=``, the DKMS and kernel-common packages within ``>= V``, ``<= V-1``). The Ubuntu-named
+    packages share the archive packages' virtual names (here the lab's ``nvidia-sim-*``; Ubuntu's
+    ``libnvidia-compute``, ``nvidia-utils``, ``nvidia-dkms-kernel``...), so one replaces the other."""
+    branch = version.split(".")[0]
+    full, meta = version + "-0ubuntu1", version + "-1"
+    debs = []
+
+    def virt(kind):  # the archive packages' (nvidia_debs) virtual names: the two flavours conflict
+        return dict(provides="nvidia-sim-" + kind, conflicts="nvidia-sim-" + kind,
+                    replaces="nvidia-sim-" + kind)
+
+    def within(name):  # Ubuntu's packaging: any Debian revision of exactly this driver version
+        return "%s (<= %s-1), %s (>= %s)" % (name, version, name, version)
+
+    kc = Deb("nvidia-kernel-common-" + branch, full, section="kernel",
+             description="Shared files used with the kernel module", provides="nvidia-kernel-common",
+             conflicts="nvidia-kernel-common", replaces="nvidia-kernel-common")
+    kc.add("/lib/firmware/nvidia/%s/gsp_ga10x.bin" % version, "simulated GSP firmware %s\n" % version)
+    debs.append(kc)
+
+    compute = Deb("libnvidia-compute-" + branch, full, section="libs",
+                  description="NVIDIA libcompute package", **virt("compute"))
+    compute_payload(compute, version)
+    debs.append(compute)
+
+    utils = Deb("nvidia-utils-" + branch, full, section="utils",
+                description="NVIDIA driver support binaries", **virt("utils"))
+    utils_payload(utils)
+    debs.append(utils)
+
+    cu = Deb("nvidia-compute-utils-" + branch, full, section="utils",
+             depends="libnvidia-compute-" + branch,
+             description="NVIDIA compute utilities (nvidia-persistenced)", **virt("compute-utils"))
+    compute_utils_payload(cu, version)
+    debs.append(cu)
+
+    for sfx, what in (("", ""), ("-open", "open ")):
+        dk = Deb("nvidia-dkms-%s%s" % (branch, sfx), full, section="kernel",
+                 depends=within("nvidia-kernel-common-" + branch),
+                 description="NVIDIA DKMS package" + (" (open kernel module)" if sfx else ""), **virt("dkms"))
+        dkms_payload(dk, version, what)
+        debs.append(dk)
+        debs.append(Deb(
+            "nvidia-driver-%s%s" % (branch, sfx), full, section="non-free/libs",
+            depends=", ".join([within("nvidia-dkms-%s%s" % (branch, sfx)), within("nvidia-kernel-common-" + branch)]
+                              + ["%s-%s (= %s)" % (p, branch, full)
+                                 for p in ("libnvidia-compute", "nvidia-compute-utils", "nvidia-utils")]),
+            description="NVIDIA driver%s metapackage" % (" (open kernel)" if sfx else ""),
+            provides="nvidia-driver-binary", conflicts="nvidia-driver-binary", replaces="nvidia-driver-binary"))
+
+    debs.append(Deb("cuda-drivers-" + branch, meta, section="devel",
+                    depends="nvidia-driver-%s (>= %s) | nvidia-driver-%s-open (>= %s)"
+                    % (branch, version, branch, version),
+                    description="CUDA Driver meta-package, branch-specific"))
+    debs.append(Deb("nvidia-open-" + branch, meta, section="devel",
+                    depends="nvidia-driver-%s-open (>= %s)" % (branch, version),
+                    description="NVIDIA open kernel module driver meta-package, branch-specific"))
+    return debs
+
+
 def rbln_debs(version):
     d = Deb("rbln-driver", version + "-1", section="kernel",
             description="Rebellions NPU driver (kernel module via DKMS, rbln-smi, UMD)")
@@ -349,6 +431,7 @@ def main(out):
         common += [d.build(pool) for d in nvidia_debs(v)]
         same_branch = [x for x in NVIDIA if x.split(".")[0] == v.split(".")[0]]
         common += [d.build(pool) for d in precompiled_debs(v, same_branch.index(v) + 1)]
+        common += [d.build(pool) for d in cuda_repo_debs(v)]
     for v in RBLN:
         common += [d.build(pool) for d in rbln_debs(v)]
     for rel, suite in KERNELS.items():
