@@ -208,7 +208,10 @@ loaded_version:
   returned: always
   type: str
 on_disk_versions:
-  description: Release -> version of the module on disk for that kernel (null = missing).
+  description:
+    - Release -> version of the module on disk for that kernel (null = missing), from
+      C(modinfo -k <release> -F version) of the module, or of the file that carries it under another
+      name (see RV(modprobe_names)).
   returned: always
   type: dict
 on_disk_boot_version:

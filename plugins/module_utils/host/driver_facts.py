@@ -497,13 +497,12 @@ def gather(runner: Runner, profile: Mapping[str, Any], params: Mapping[str, Any]
         pack["target_kernel"] = per_kernel
         old = next((fl for fl in packaging.flavours(profile) if fl["name"] in
                     [x["name"] for x in pack["installed_flavours"]]), None)
-        pack["leaving"] = packaging.leaving_packages(old, pack, present, names + extra, p["expected_version"])
-        for c in pack["companions"]:
-            pack["leaving"] += packaging.leaving_packages(
-                {"name": "companion", "packages": c["templates"]}, {"name": "companion"}, present,
-                names + extra, p["expected_version"],
+        pack["leaving"] = sorted(
+            set(
+                packaging.leaving_packages(old, pack, present, names + extra, p["expected_version"])
+                + packaging.leaving_companions(pack["companions"], present, names + extra, p["expected_version"])
             )
-        pack["leaving"] = sorted(set(pack["leaving"]))
+        )
     fm = None
     if is_nvidia:
         if user_pkg:
