@@ -11,8 +11,9 @@ The kmod binaries are dpkg-diverted to *.kmod-real; these shims act on the simul
     the real dkms and indexed by the real depmod: their fields come from the ELF .modinfo section
     (the name the kernel gives the module is its "name=" field: Debian's nvidia-current.ko loads
     as "nvidia"), the index from the real text modules.dep (the real .bin is a trie), device
-    aliases ("pci:v000010DEd...", what udev asks for) from modules.alias; a real module whose
-    "depends" are neither loaded nor on disk fails with "Unknown symbol", as the kernel refuses it;
+    aliases ("pci:v000010DEd...", what udev asks for) from modules.alias. A headers-only kernel
+    has no in-tree modules on disk, so a "depends" entry with no file (drm, video) is taken as part
+    of the simulated kernel, as its linux-image package would provide it;
   * the loaded-module state lives in /sys/module/<name>/{version,refcnt,initstate,holders/}
     (a per-host directory bind-mounted over /sys/module and cleared at every boot);
   * "in use": rmmod refuses while refcnt > 0 (dependent modules loaded) or while a process holds
@@ -136,17 +137,19 @@ def real_index(rel):
     return modules
 
 
-def alias_target(rel, alias):
-    """The module a device alias (modules.alias, fnmatch patterns) resolves to, as udev's modprobe does."""
+def alias_targets(rel, alias):
+    """The modules a device alias (modules.alias, fnmatch patterns) resolves to: modprobe loads them all."""
+    res = []
     try:
         with open(os.path.join(MODROOT, rel, "modules.alias")) as f:
             for line in f:
                 parts = line.split()
                 if len(parts) == 3 and parts[0] == "alias" and fnmatch.fnmatchcase(alias, parts[1]):
-                    return norm(parts[2])
+                    if norm(parts[2]) not in res:
+                        res.append(norm(parts[2]))
     except OSError:
         pass
-    return None
+    return res
 
 
 def write_index(rel, modules, only=None):
@@ -279,8 +282,9 @@ def do_insert(name, info):
     writef(os.path.join(d, ".vermagic"), info.get("vermagic", "") + "\n")
     for dep in [x for x in info.get("depends", "").split(",") if x]:
         dep = norm(dep)
-        writef(os.path.join(SYSMOD, dep, "refcnt"), "%d\n" % (refcnt(dep) + 1))
+        # a dependency of the simulated kernel itself (no file, see above) gets its /sys/module entry here
         os.makedirs(os.path.join(SYSMOD, dep, "holders"), exist_ok=True)
+        writef(os.path.join(SYSMOD, dep, "refcnt"), "%d\n" % (refcnt(dep) + 1))
         writef(os.path.join(SYSMOD, dep, "holders", name), "")
 
 
@@ -375,8 +379,12 @@ def modprobe_insert(name, rel, dry, quiet, first_time, verbose):
     prog = "modprobe"
     moddir = os.path.join(MODROOT, rel)
     index = load_index(rel)
-    if ":" in name:
-        name = alias_target(rel, name) or name
+    targets = alias_targets(rel, name) if ":" in name else []
+    if targets:
+        rc = 0
+        for target in reversed(targets):  # depmod lists the users first
+            rc |= modprobe_insert(target, rel, dry, quiet, False, verbose)
+        return rc
     if index is None or name not in index:
         if not quiet:
             err(prog, "FATAL: Module %s not found in directory %s" % (name, moddir))
@@ -407,22 +415,8 @@ def modprobe_insert(name, rel, dry, quiet, first_time, verbose):
             if not quiet:
                 err(prog, "ERROR: could not insert '%s': Exec format error" % mname)
             return 1
-        missing = [d for d in info.get("depends", "").split(",") if d and not loaded(norm(d))]
-        if missing and is_elf(full):
-            if not quiet:
-                err(prog, "ERROR: could not insert '%s': Unknown symbol in module, or unknown parameter "
-                    "(see dmesg)" % mname)
-            return 1
         do_insert(mname, info)
     return 0
-
-
-def is_elf(path):
-    try:
-        with open(path, "rb") as f:
-            return f.read(4) == b"\x7fELF"
-    except OSError:
-        return False
 
 
 def modprobe_remove(name, dry, quiet, first_time):
