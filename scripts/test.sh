@@ -42,7 +42,7 @@ stage_unit() {
   pytest -q -p no:cacheprovider tests/unit tests/packaging
 }
 
-stage_integration() {
+ensure_lab() {
   # The lab is started here and always stopped here (trap below), unless it was already up.
   if ! tests/lab/labctl status >/dev/null 2>&1; then  # exit 0 only when every component runs
     echo "== lab up"
@@ -50,6 +50,10 @@ stage_integration() {
     tests/lab/labctl up | tail -n 3
   fi
   eval "$(tests/lab/labctl env)"
+}
+
+stage_integration() {
+  ensure_lab
   echo "== pytest integration (lab)"
   NPUOPS_REQUIRE_LAB=1 pytest -q -p no:cacheprovider tests/integration
   stage_faults
@@ -60,12 +64,7 @@ stage_realpkg() {
   # Debian's real NVIDIA packages and the real dkms through the maintenance window
   # (tests/integration/test_realpkg.py): a real DKMS build per run, ~11 more minutes cold for the
   # image (tests/lab/realpkg, cached by input hash), so not part of `make test`.
-  if ! tests/lab/labctl status >/dev/null 2>&1; then
-    echo "== lab up"
-    LAB_STARTED_HERE=1
-    tests/lab/labctl up | tail -n 3
-  fi
-  eval "$(tests/lab/labctl env)"
+  ensure_lab
   echo "== pytest real packages (lab)"
   NPUOPS_REQUIRE_LAB=1 NPUOPS_REALPKG=1 pytest -q -p no:cacheprovider tests/integration/test_realpkg.py
 }
@@ -74,12 +73,7 @@ stage_faults() {
   # Fault injection on the lab (tests/faults/run.py): FAULTS_CASES cases (default 2; `all` = the full
   # sweep, `make faults`) of a rotation chosen by FAULTS_SEED (default: days since the epoch, printed),
   # so consecutive CI runs exercise every case. Table: tests/faults/last-result.md.
-  if ! tests/lab/labctl status >/dev/null 2>&1; then
-    echo "== lab up"
-    LAB_STARTED_HERE=1
-    tests/lab/labctl up | tail -n 3
-  fi
-  eval "$(tests/lab/labctl env)"
+  ensure_lab
   echo "== faults (${FAULTS_CASES:-2} case(s), seed ${FAULTS_SEED:-of the day})"
   python tests/faults/run.py --cases "${FAULTS_CASES:-2}"
 }

@@ -11,13 +11,11 @@ end ``upgrade-done`` with the module reloaded, and a rerun changes nothing.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import uuid
 
 import pytest
-from labhelpers import REPO, create_kwok_nodes, delete_nodes, run_playbook, wait
-from test_host_lost import HOSTCTL, hostctl, hx, lab_dir
+from scratchhost import dpkg, play, recap_changed, scratch_host
+from test_host_lost import hx
 
 pytestmark = pytest.mark.lab
 
@@ -36,47 +34,20 @@ CLOSURE = (
 
 @pytest.fixture
 def cuda_repo_host(core_v1):
-    name = create_kwok_nodes(
-        core_v1,
-        "lab-cuda",
-        1,
-        labels={"nvidia.com/gpu.present": "true"},
-        capacity={"cpu": "4", "memory": "8Gi", "pods": "110", "nvidia.com/gpu": "2"},
-    )[0]
-    try:
-        hostctl("spawn", name, "--node", "--kernel", KERNEL, "--driver", OLD, "--packaging", "cuda-repo")
-        wait(
-            f"{name}: driver labels from the node agent",
-            lambda: (core_v1.read_node(name).metadata.labels or {}).get("nvidia.com/cuda.driver.major") == "550",
-            90,
-        )
-        yield name
-    finally:
-        subprocess.run(
-            [str(HOSTCTL), "rm", name],
-            capture_output=True,
-            env=dict(os.environ, NPUOPS_LAB_DIR=str(lab_dir())),
-            check=False,
-        )
-        delete_nodes(core_v1, [name])
+    spawn = ["--kernel", KERNEL, "--driver", OLD, "--packaging", "cuda-repo"]
+    with scratch_host(core_v1, "lab-cuda", spawn, "550") as n:
+        yield n
 
 
-def play(name, kubeconfig, report_dir, book, *extra):
-    inv = report_dir / "hosts.yml"
-    inv.write_text(f"all:\n  children:\n    gpu_nodes:\n      hosts:\n        {name}:\n")
-    return run_playbook(book, [str(REPO / "inventories" / "lab"), str(inv)], extra, kubeconfig, report_dir)
-
-
-def dpkg(name):
-    out = hx(name, "dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\\n'").stdout
-    return {p: v for p, v, st in (ln.split() for ln in out.splitlines() if len(ln.split()) == 3) if st[1] == "i"}
+def versions(name):
+    return {p: v for p, (v, _st) in dpkg(name).items()}
 
 
 def test_branch_change_on_the_cuda_repository_flavour(core_v1, cuda_repo_host, lab_kubeconfig, tmp_path):
     name = cuda_repo_host
     report_dir = tmp_path / "reports"
     report_dir.mkdir()
-    before = dpkg(name)
+    before = versions(name)
     assert before["cuda-drivers-550"] == OLD + "-1", before
     assert {p.format(b="550"): before.get(p.format(b="550")) for p in CLOSURE} == {
         p.format(b="550"): OLD + "-0ubuntu1" for p in CLOSURE
@@ -104,7 +75,7 @@ def test_branch_change_on_the_cuda_repository_flavour(core_v1, cuda_repo_host, l
     assert hx(name, "cat /sys/module/nvidia/version").stdout.strip() == TARGET
     assert (core_v1.read_node(name).metadata.labels or {}).get(STATE) == "upgrade-done"
 
-    after = dpkg(name)
+    after = versions(name)
     # the target, not apt's newest 580 (580.159.03) that cuda-drivers-580's >= would take
     assert after["cuda-drivers-580"] == TARGET + "-1", after
     assert {p.format(b="580"): after.get(p.format(b="580")) for p in CLOSURE} == {
@@ -117,6 +88,5 @@ def test_branch_change_on_the_cuda_repository_flavour(core_v1, cuda_repo_host, l
 
     rc, out = play(name, lab_kubeconfig, report_dir, *window)
     assert rc == 0, out[-4000:]
-    recap = [ln for ln in out.splitlines() if ln.startswith(name + " ") and "changed=" in ln]
-    assert recap and "changed=0" in recap[-1], recap
-    assert dpkg(name) == after
+    assert "changed=0" in recap_changed(name, out), recap_changed(name, out)
+    assert versions(name) == after

@@ -13,13 +13,11 @@ nothing. The lab repository models the real packages' relationships (tests/lab/h
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import uuid
 
 import pytest
-from labhelpers import REPO, create_kwok_nodes, delete_nodes, run_playbook, wait
-from test_host_lost import HOSTCTL, hostctl, hx, lab_dir
+from scratchhost import dpkg, play, recap_changed, scratch_host
+from test_host_lost import hx
 
 pytestmark = pytest.mark.lab
 
@@ -30,40 +28,9 @@ STATE = "nvidia.com/gpu-driver-upgrade-state"
 
 @pytest.fixture
 def precompiled_host(core_v1):
-    name = create_kwok_nodes(
-        core_v1,
-        "lab-lrm",
-        1,
-        labels={"nvidia.com/gpu.present": "true"},
-        capacity={"cpu": "4", "memory": "8Gi", "pods": "110", "nvidia.com/gpu": "2"},
-    )[0]
-    try:
-        hostctl("spawn", name, "--node", "--kernel", K_OLD, "--driver", OLD, "--packaging", "precompiled")
-        wait(
-            f"{name}: driver labels from the node agent",
-            lambda: (core_v1.read_node(name).metadata.labels or {}).get("nvidia.com/cuda.driver.major") == "550",
-            90,
-        )
-        yield name
-    finally:
-        subprocess.run(
-            [str(HOSTCTL), "rm", name],
-            capture_output=True,
-            env=dict(os.environ, NPUOPS_LAB_DIR=str(lab_dir())),
-            check=False,
-        )
-        delete_nodes(core_v1, [name])
-
-
-def play(name, kubeconfig, report_dir, book, *extra):
-    inv = report_dir / "hosts.yml"
-    inv.write_text(f"all:\n  children:\n    gpu_nodes:\n      hosts:\n        {name}:\n")
-    return run_playbook(book, [str(REPO / "inventories" / "lab"), str(inv)], extra, kubeconfig, report_dir)
-
-
-def dpkg(name):
-    out = hx(name, "dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\\n'").stdout
-    return {p: (v, st) for p, v, st in (ln.split() for ln in out.splitlines() if len(ln.split()) == 3) if st[1] == "i"}
+    spawn = ["--kernel", K_OLD, "--driver", OLD, "--packaging", "precompiled"]
+    with scratch_host(core_v1, "lab-lrm", spawn, "550") as n:
+        yield n
 
 
 def test_branch_change_and_kernel_patch_on_precompiled_modules(core_v1, precompiled_host, lab_kubeconfig, tmp_path):
@@ -119,6 +86,5 @@ def test_branch_change_and_kernel_patch_on_precompiled_modules(core_v1, precompi
 
     rc, out = play(name, lab_kubeconfig, report_dir, *window)
     assert rc == 0, out[-4000:]
-    recap = [ln for ln in out.splitlines() if ln.startswith(name + " ") and "changed=" in ln]
-    assert recap and "changed=0" in recap[-1], recap
+    assert "changed=0" in recap_changed(name, out), recap_changed(name, out)
     assert dpkg(name) == after
