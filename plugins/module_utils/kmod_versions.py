@@ -68,11 +68,11 @@ def parse_modinfo_version(output: str) -> Optional[str]:
 
 
 def module_dep_files(modules_dep: str) -> dict[str, str]:
-    """``/lib/modules/<k>/modules.dep`` text -> {file's module name: path relative to that directory}.
+    """``/lib/modules/<k>/modules.dep`` text -> {file's module name: path}.
 
-    The file's module name is its basename without ``.ko[.xz|.zst|.gz]``, ``-`` as ``_`` (how modprobe
-    and modinfo look a name up). A name twice keeps the first line: depmod writes the file that wins
-    (``updates/`` before ``kernel/``) first."""
+    The path is relative to that directory, or absolute for a depmod.d ``external`` directory. The
+    file's module name is its basename without ``.ko[.xz|.zst|.gz]``, ``-`` as ``_`` (how modprobe and
+    modinfo look a name up); depmod writes one line per name (it drops the lower-priority duplicate)."""
     res: dict[str, str] = {}
     for line in (modules_dep or "").splitlines():
         path = line.split(":", 1)[0].strip()
@@ -83,19 +83,13 @@ def module_dep_files(modules_dep: str) -> dict[str, str]:
     return res
 
 
-# Where out-of-tree builds put their files (DKMS's DEST_MODULE_LOCATION, the kernel's M= default).
-_EXTERNAL_DIRS = ("updates/", "extra/")
-
-
 def module_file_candidates(files: dict[str, str], module: str) -> list[str]:
     """Paths of ``module_dep_files`` that may carry kernel module ``module`` under another file name
     (Debian's DKMS packages rename ``nvidia.ko`` to ``nvidia-current.ko``, ``nvidia-tesla-535.ko``...):
-    those in an external-module directory and those whose file name starts with the module's. The
+    those whose file name starts with the module's vendor stem (``nvidia`` for ``nvidia_uvm``). The
     caller reads each one's ``modinfo -F name``; a file named after the module needs no lookup."""
-    stem = module.replace("-", "_")
-    return sorted(
-        path for name, path in files.items() if path.startswith(_EXTERNAL_DIRS) or name.startswith(stem + "_")
-    )
+    stem = module.replace("-", "_").split("_", 1)[0]
+    return sorted(path for name, path in files.items() if name == stem or name.startswith(stem + "_"))
 
 
 def parse_sys_module_version(text: str) -> Optional[str]:

@@ -94,7 +94,9 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
                     "nvidia-utils-{branch}",
                     "nvidia-compute-utils-{branch}",
                 ],
-                "detect": ["nvidia-open-[0-9]*", "nvidia-open"],
+                # the module package decides open vs proprietary: NVIDIA's own instructions install
+                # cuda-drivers-<branch> with the open module, and the metas accept either
+                "detect": ["nvidia-open-[0-9]*", "nvidia-open", "nvidia-dkms-[0-9][0-9][0-9]-open"],
             },
             {
                 "name": "cuda-repo",
@@ -108,7 +110,8 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
                     "nvidia-utils-{branch}",
                     "nvidia-compute-utils-{branch}",
                 ],
-                "detect": ["cuda-drivers-[0-9]*", "cuda-drivers"],
+                # not cuda-drivers-<branch>: it is installed over the open and the -server modules too
+                "detect": ["nvidia-dkms-[0-9][0-9][0-9]"],
             },
             # Ubuntu: precompiled modules signed by Canonical, one package per kernel
             {

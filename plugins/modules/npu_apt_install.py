@@ -30,6 +30,10 @@ options:
       - Packages to remove in the same transaction (apt's C(name-) form) - the old branch's or old
         flavour's packages a branch change leaves behind, per-kernel module packages included. A name
         that is not installed is ignored. After the run every one of them must be gone, else the task fails.
+      - The transaction is simulated first (C(apt-get --simulate)); when apt would remove a package not
+        named here (it resolves a broken dependency by removing its user - the old branch's meta
+        package, the other module flavour through Conflicts), the task fails before anything is
+        installed, naming them (RV(unasked_removals)).
     type: list
     elements: str
     default: []
@@ -73,6 +77,13 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+unasked_removals:
+  description:
+    - Packages the simulated transaction would have removed that O(remove) does not name; the task
+      failed before installing anything.
+  returned: failure
+  type: list
+  elements: str
 installed:
   description: Package -> version dpkg has after the run (null when not installed), for O(packages).
   returned: always
@@ -221,11 +232,33 @@ def main():
             status_copy = released_status(module, p["simulate_release"])
             argv += ["-o", "Dir::State::status=%s" % status_copy]
     argv += ["install"] + ["%s=%s" % (n, v) for n, v in sorted(targets.items())] + ["%s-" % n for n in sorted(removing)]
+    # apt resolves a broken dependency by removing its user (a meta package of the old branch, the
+    # other module flavour through Conflicts) and -y accepts that: simulate first, and refuse a
+    # transaction that removes anything it does not name, before dpkg touches the host
     try:
-        rc, out, err = module.run_command(argv, environ_update=ENV)
+        if module.check_mode:
+            rc, out, err = module.run_command(argv, environ_update=ENV)
+            sim_out = out
+        else:
+            _sim_rc, sim_out, _sim_err = module.run_command(argv[:1] + ["--simulate"] + argv[1:], environ_update=ENV)
     finally:
         if status_copy:
             os.unlink(status_copy)
+    unasked = sorted(
+        {r["name"].split(":", 1)[0] for r in apt_output.simulated_transaction(sim_out)["remove"]}
+        - set(removing)
+        - set(p["remove"])
+    )
+    if unasked:
+        module.fail_json(
+            msg="apt would also remove %s, which this transaction does not name (a dependency of the old "
+            "set breaks): nothing was installed; name them in remove or install what keeps them" % ", ".join(unasked),
+            unasked_removals=unasked,
+            transaction=apt_output.simulated_transaction(sim_out),
+            changed=False,
+        )
+    if not module.check_mode:
+        rc, out, err = module.run_command(argv, environ_update=ENV)
     after = before if module.check_mode else versions(module, targets)
     judged = apt_output.install_outcome(rc, out, err, targets, targets if module.check_mode else after)
     left = {} if module.check_mode or not removing else {n: v for n, v in versions(module, removing).items() if v}

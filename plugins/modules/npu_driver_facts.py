@@ -283,6 +283,15 @@ modprobe_names:
   returned: always
   type: dict
   sample: {nvidia: nvidia-current, nvidia_uvm: nvidia-current-uvm, nvidia_modeset: nvidia-current-modeset}
+module_file_conflicts:
+  description:
+    - Kernel -> module -> the module files (paths as in C(modules.dep)) that carry that module under
+      other names, where there is more than one (a stale build beside the new one). Such a module gets
+      no entry in RV(modprobe_names) and its on-disk version reads as missing, so a reload or reboot
+      onto it is refused instead of loading a file chosen by chance. Empty when none.
+  returned: always
+  type: dict
+  sample: {6.1.0-50-amd64: {nvidia: [extra/nvidia-old.ko, updates/dkms/nvidia-current.ko]}}
 module_refcnt:
   description: Use count of the main module (C(/sys/module/<m>/refcnt)); null when not loaded.
   returned: always

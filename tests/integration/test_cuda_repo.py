@@ -85,6 +85,10 @@ def test_branch_change_on_the_cuda_repository_flavour(core_v1, cuda_repo_host, l
     assert not gone & set(after), sorted(gone & set(after))
     held = set(hx(name, "apt-mark showhold").stdout.split())
     assert {"cuda-drivers-580", "nvidia-driver-580", "nvidia-dkms-580"} <= held, held
+    assert not {n for n in held if "550" in n}, held
+    assert not core_v1.read_node(name).spec.unschedulable
+    # the proprietary module stays proprietary (the flavour is kept)
+    assert not [p for p in after if p.endswith("-open")], after
 
     rc, out = play(name, lab_kubeconfig, report_dir, *window)
     assert rc == 0, out[-4000:]

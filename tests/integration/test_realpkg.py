@@ -65,10 +65,14 @@ def test_in_branch_upgrade_with_real_debian_packages_and_real_dkms(core_v1, real
     assert hx(name, "cat /sys/module/nvidia/version").stdout.strip() == OLD
     assert hx(name, "modprobe -n nvidia; echo rc=$?").stdout.strip().endswith("rc=1")
 
+    # what udev loads by the device's PCI alias at boot (nvidia_uvm is not among them on Debian)
+    loaded = set(hx(name, "ls /sys/module").stdout.split()) & {"nvidia", "nvidia_modeset", "nvidia_drm", "nvidia_uvm"}
+    assert loaded == {"nvidia", "nvidia_modeset", "nvidia_drm"}, loaded
+
     rc, out = play(name, lab_kubeconfig, report_dir, "harden.yml", f"harden_hosts={name}")
     assert rc == 0, out[-3000:]
-    held = set(hx(name, "apt-mark showhold").stdout.split())
-    assert MOVING <= held, sorted(MOVING - held)
+    held_before = set(hx(name, "apt-mark showhold").stdout.split())
+    assert MOVING <= held_before, sorted(MOVING - held_before)
 
     window = [
         "maintenance_window.yml",
@@ -93,10 +97,19 @@ def test_in_branch_upgrade_with_real_debian_packages_and_real_dkms(core_v1, real
     assert hx(name, "dkms status").stdout.strip() == f"nvidia-current/{TARGET}, {KERNEL}, x86_64: installed"
     ko = f"/lib/modules/{KERNEL}/updates/dkms/nvidia-current.ko"
     assert hx(name, f"modinfo -F version {ko}").stdout.strip() == TARGET
-    assert hx(name, "cat /sys/module/nvidia/version").stdout.strip() == TARGET
+    # every module that was loaded is loaded again, each the new build, and nothing else
+    versions = hx(
+        name, "for m in nvidia nvidia_modeset nvidia_drm nvidia_uvm; do echo $m $(cat /sys/module/$m/version); done"
+    )
+    assert dict((ln.split() + [""])[:2] for ln in versions.stdout.splitlines()) == {
+        "nvidia": TARGET,
+        "nvidia_modeset": TARGET,
+        "nvidia_drm": TARGET,
+        "nvidia_uvm": "",
+    }, versions.stdout
     assert hx(name, "systemctl is-active nvidia-persistenced").stdout.strip() == "active"
-    held = set(hx(name, "apt-mark showhold").stdout.split())
-    assert MOVING <= held, sorted(MOVING - held)
+    assert set(hx(name, "apt-mark showhold").stdout.split()) == held_before
+    assert not core_v1.read_node(name).spec.unschedulable
 
     rc, out = play(name, lab_kubeconfig, report_dir, *window)
     assert rc == 0, out[-4000:]

@@ -148,6 +148,7 @@ class Facts:
         self.p = profile
         self._module_files: dict = {}
         self._modinfo_names: dict = {}
+        self.module_file_conflicts: dict = {}
 
     def run(self, args, check=False):
         rc, out, err = self.runner.run(list(args))
@@ -178,7 +179,9 @@ class Facts:
         """{module: the name modprobe and modinfo find its file by} for kernel ``release``: the module's
         own name when a file carries it, else the file whose ``modinfo -F name`` is the module (Debian's
         DKMS packages install nvidia.ko as nvidia-current.ko, and no modprobe.d line maps the name on a
-        headless host). A module with no file on that kernel is left out."""
+        headless host). A module with no file on that kernel is left out, and so is one that two files
+        of other names carry (a stale build beside the new one): modprobe by the module's own name then
+        fails loudly instead of loading a file chosen by chance; ``module_file_conflicts`` names them."""
         key = (release, tuple(modules))
         if key in self._module_files:
             return self._module_files[key]
@@ -189,14 +192,18 @@ class Facts:
             if norm in files:
                 res[module] = module
                 continue
+            hits = []
             for path in kmod_versions.module_file_candidates(files, norm) if modinfo else []:
-                full = "/lib/modules/%s/%s" % (release, path)
+                full = path if path.startswith("/") else "/lib/modules/%s/%s" % (release, path)
                 if full not in self._modinfo_names:
                     rc, out, _err = self.run([modinfo, "-F", "name", full])
                     self._modinfo_names[full] = out.strip().replace("-", "_") if rc == 0 else None
                 if self._modinfo_names[full] == norm:
-                    res[module] = path.rsplit("/", 1)[-1].split(".ko", 1)[0]
-                    break
+                    hits.append(path)
+            if len(hits) == 1:
+                res[module] = hits[0].rsplit("/", 1)[-1].split(".ko", 1)[0]
+            elif hits:
+                self.module_file_conflicts.setdefault(release, {})[module] = hits
         self._module_files[key] = res
         return res
 
@@ -595,6 +602,7 @@ def gather(runner: Runner, profile: Mapping[str, Any], params: Mapping[str, Any]
         "unload_order": order,
         "load_order": kmod_holders.load_order(order, fallback=known),
         "modprobe_names": f.module_files(modinfo, running, sorted(set(known) | set(order) | {module_name})),
+        "module_file_conflicts": f.module_file_conflicts,
         "module_refcnt": refcnt,
         "device_holders": holders,
         "dkms": dkms_facts,

@@ -398,8 +398,8 @@ def cuda_repo_debs(version):
             provides="nvidia-driver-binary", conflicts="nvidia-driver-binary", replaces="nvidia-driver-binary"))
 
     debs.append(Deb("cuda-drivers-" + branch, meta, section="devel",
-                    depends="nvidia-driver-%s (>= %s) | nvidia-driver-%s-open (>= %s)"
-                    % (branch, version, branch, version),
+                    depends=" | ".join("nvidia-driver-%s%s (>= %s)" % (branch, f, version)
+                                       for f in ("", "-open", "-server", "-server-open")),
                     description="CUDA Driver meta-package, branch-specific"))
     debs.append(Deb("nvidia-open-" + branch, meta, section="devel",
                     depends="nvidia-driver-%s-open (>= %s)" % (branch, version),

@@ -55,7 +55,8 @@ def test_module_dep_files_and_candidates():
         "kernel/drivers/video/nvidia-tesla-535.ko.zst:\n"
         "kernel/nvidia-580srv/nvidia.ko:\n"
         "kernel/drivers/net/dummy.ko:\n"
-        "updates/dkms/nvidia-current.ko:\n"
+        "/opt/vendor/modules/rebellions.ko:\n"
+        "updates/zfs.ko:\n"
         "not a module line\n"
     )
     files = kv.module_dep_files(dep)
@@ -65,13 +66,15 @@ def test_module_dep_files_and_candidates():
         "nvidia_tesla_535": "kernel/drivers/video/nvidia-tesla-535.ko.zst",
         "nvidia": "kernel/nvidia-580srv/nvidia.ko",
         "dummy": "kernel/drivers/net/dummy.ko",
+        "rebellions": "/opt/vendor/modules/rebellions.ko",
+        "zfs": "updates/zfs.ko",
     }
-    assert kv.module_file_candidates(files, "nvidia") == [
+    # the vendor stem, not every out-of-tree file (zfs in updates/ is never read)
+    assert kv.module_file_candidates(files, "nvidia_uvm") == [
         "kernel/drivers/video/nvidia-tesla-535.ko.zst",
+        "kernel/nvidia-580srv/nvidia.ko",
         "updates/dkms/nvidia-current-uvm.ko",
         "updates/dkms/nvidia-current.ko",
     ]
-    assert kv.module_file_candidates(files, "rebellions") == [
-        "updates/dkms/nvidia-current-uvm.ko",
-        "updates/dkms/nvidia-current.ko",
-    ]
+    assert kv.module_file_candidates(files, "rebellions") == ["/opt/vendor/modules/rebellions.ko"]
+    assert kv.module_file_candidates(files, "gdrdrv") == []

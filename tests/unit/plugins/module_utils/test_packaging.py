@@ -312,18 +312,30 @@ def test_detection_is_fnmatch_over_whole_names_case_sensitive_sorted_and_unique(
         [
             "nvidia-dkms-550",
             "cuda-drivers-550",
-            "cuda-drivers",
-            "cuda-drivers-550",
-            "CUDA-DRIVERS-550",
-            "xcuda-drivers",
+            "nvidia-dkms-550",
+            "NVIDIA-DKMS-550",
+            "xnvidia-dkms-550",
+            "nvidia-dkms-5500",
             "nvidia-dkms-550-server-open",
         ]
     )
     assert packaging.installed_flavours(NV, installed) == [
-        {"name": "cuda-repo", "evidence": ["cuda-drivers", "cuda-drivers-550"]},
+        {"name": "cuda-repo", "evidence": ["nvidia-dkms-550"]},
         {"name": "ubuntu-server-open", "evidence": ["nvidia-dkms-550-server-open"]},
     ]
     assert packaging.installed_flavours(NV, ["dkms", "nvidia-dkms-550-server-openx"]) == []
+
+
+def test_the_module_package_decides_the_cuda_flavour_not_the_meta():
+    """NVIDIA's instructions install cuda-drivers-<branch> over the open module (its Depends accept the
+    open, proprietary and -server drivers): the host keeps the module it has."""
+    assert packaging.choose(NV, ["cuda-drivers-550", "nvidia-driver-550-open", "nvidia-dkms-550-open"])[
+        "name"
+    ] == "cuda-repo-open"
+    assert packaging.choose(NV, ["cuda-drivers-550", "nvidia-driver-550", "nvidia-dkms-550"])["name"] == "cuda-repo"
+    assert packaging.choose(
+        NV, ["cuda-drivers-550", "nvidia-driver-550-server-open", "nvidia-dkms-550-server-open"]
+    )["name"] == "ubuntu-server-open"
 
 
 def test_detection_ignores_an_architecture_qualifier_as_match_families_does():

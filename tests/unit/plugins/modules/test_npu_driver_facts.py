@@ -651,9 +651,33 @@ def test_debian_renamed_module_files_are_found_by_their_modinfo_name(monkeypatch
         "nvidia_modeset": "nvidia-current-modeset",
         "nvidia_uvm": "nvidia-current-uvm",
     }
-    # each file's name read once; the in-tree module outside updates/ and not named nvidia_* is not read
+    assert f["module_file_conflicts"] == {}
+    # each file's name read once; a module of another vendor is not read
     paths = [a[3] for a in host.calls if a[0].endswith("modinfo") and a[1:3] == ["-F", "name"]]
     assert len(paths) == len(set(paths)) and not any("dummy" in p for p in paths), paths
+
+
+def test_two_files_carrying_the_module_are_a_conflict_not_a_guess(monkeypatch, capsys):
+    dep = DEBIAN_MODULES_DEP + "extra/nvidia-old.ko:\n"
+    host = DebianHost(
+        fixture("nvidia-smi-query-ok.txt"),
+        0,
+        {
+            "/sys/module/nvidia/version": "535.216.03\n",
+            "/lib/modules/5.15.0-177-generic/modules.dep": dep,
+            "/lib/modules/5.15.0-179-generic/modules.dep": DEBIAN_MODULES_DEP,
+        },
+        {"5.15.0-177-generic": "535.216.03", "5.15.0-179-generic": "535.261.03"},
+    )
+    host.FILES = dict(DebianHost.FILES, **{"nvidia-old": "nvidia"})
+    run_module(monkeypatch, host, {"vendor": "nvidia"})
+    f = result(capsys)["ansible_facts"]["npu_driver"]
+    assert f["module_file_conflicts"] == {
+        "5.15.0-177-generic": {"nvidia": ["extra/nvidia-old.ko", "updates/dkms/nvidia-current.ko"]}
+    }
+    assert "nvidia" not in f["modprobe_names"] and f["modprobe_names"]["nvidia_uvm"] == "nvidia-current-uvm"
+    # the running kernel's version is unknown (the lookup by name fails); the boot kernel's is read
+    assert f["on_disk_versions"] == {"5.15.0-177-generic": None, "5.15.0-179-generic": "535.261.03"}
 
 
 def test_module_named_after_its_file_needs_no_lookup(monkeypatch, capsys):
@@ -670,4 +694,9 @@ def test_module_named_after_its_file_needs_no_lookup(monkeypatch, capsys):
     run_module(monkeypatch, host, {"vendor": "nvidia"})
     f = result(capsys)["ansible_facts"]["npu_driver"]
     assert f["modprobe_names"] == {"nvidia": "nvidia", "nvidia_uvm": "nvidia_uvm"}
-    assert not [a for a in host.calls if a[0].endswith("modinfo") and a[1:3] == ["-F", "name"]]
+    # only for the modules with no file of their name (drm, modeset): the vendor's two files, once each
+    read = [a[3] for a in host.calls if a[0].endswith("modinfo") and a[1:3] == ["-F", "name"]]
+    assert sorted(read) == [
+        "/lib/modules/5.15.0-177-generic/kernel/nvidia-580srv/nvidia-uvm.ko",
+        "/lib/modules/5.15.0-177-generic/kernel/nvidia-580srv/nvidia.ko",
+    ]

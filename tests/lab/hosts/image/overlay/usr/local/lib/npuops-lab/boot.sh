@@ -19,15 +19,11 @@ start)
     nvidia)
         while [ $i -lt "$DEVICES" ]; do : > /dev/nvidia$i; i=$((i+1)); done
         : > /dev/nvidiactl; : > /dev/nvidia-uvm; : > /dev/nvidia-uvm-tools; : > /dev/nvidia-modeset
-        # as udev would: by the device's PCI alias where the real depmod indexed real modules (Debian
-        # names the file nvidia-current.ko), else by name; the others by name or Debian's file name
-        if [ -s /lib/modules/$rel/modules.alias ] && modprobe -q "$NVIDIA_MODALIAS"; then
-            for m in modeset drm uvm; do
-                modprobe -q nvidia_$m && continue
-                for f in /lib/modules/$rel/updates/dkms/nvidia-*-$m.ko; do
-                    [ -e "$f" ] && modprobe -q "$(basename "$f" .ko)" && break
-                done
-            done
+        # where the real depmod indexed real modules (Debian's nvidia-current*.ko): only what udev
+        # loads, every module the device's PCI alias matches (nvidia-current, nvidia-current-drm and
+        # through it -modeset); nothing loads nvidia-current-uvm on a headless Debian host at boot
+        if [ -s /lib/modules/$rel/modules.alias ]; then
+            modprobe -q "$NVIDIA_MODALIAS"
         else
             modprobe -q nvidia && modprobe -q nvidia_modeset && modprobe -q nvidia_drm
             modprobe -q nvidia_uvm
