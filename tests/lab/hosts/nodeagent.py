@@ -64,6 +64,18 @@ def agent_containers():
     return out
 
 
+def resolve_in_root(root, path, hops=10):
+    """The target ``path`` finally points to inside the host's root filesystem ``root`` (absolute links
+    taken inside it, as Debian's /etc/alternatives chain is), or None when a link is broken."""
+    for _ in range(hops):
+        try:
+            target = os.readlink(os.path.join(root, path.lstrip("/")))
+        except OSError:
+            return path if os.path.exists(os.path.join(root, path.lstrip("/"))) else None
+        path = target if target.startswith("/") else os.path.join(os.path.dirname(path), target)
+    return None
+
+
 def merged_dir(name):
     r = subprocess.run(["podman", "inspect", "-f", "{{.GraphDriver.Data.MergedDir}}",
                         PREFIX + name], capture_output=True, text=True, check=False)
@@ -107,12 +119,7 @@ class Host:
         if nv:
             if self.rootfs is None:
                 self.rootfs = merged_dir(self.name)
-            lib = None
-            if self.rootfs:
-                try:
-                    lib = os.readlink(os.path.join(self.rootfs, NVML_LINK))
-                except OSError:
-                    lib = None
+            lib = resolve_in_root(self.rootfs, NVML_LINK) if self.rootfs else None
             if lib and lib.endswith(".so." + nv):
                 p = nv.split(".") + ["", "", ""]
                 self.driver_labels = {"nvidia.com/cuda.driver.major": p[0],
