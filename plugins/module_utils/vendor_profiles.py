@@ -80,13 +80,13 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
         # installed, first match in this order; {branch} = 550, {version} = 550.90.07, {kernel} = the
         # kernel that will run the module. Names and relationships as the archives publish them.
         "packaging": [
-            # NVIDIA's CUDA repository: its meta packages pull Ubuntu-named packages, so they come first;
-            # the metas depend with >=, so the whole closure is named to pin it at the target
+            # NVIDIA's CUDA repository (and Ubuntu's own non-server packages, the same names): the metas
+            # (cuda-drivers-<branch>, nvidia-open-<branch>) depend with >=, so the whole closure is named
+            # to pin it at the target, and they move as companions where installed
             {
                 "name": "cuda-repo-open",
                 "build": "dkms",
                 "packages": [
-                    "nvidia-open-{branch}",
                     "nvidia-driver-{branch}-open",
                     "nvidia-dkms-{branch}-open",
                     "nvidia-kernel-common-{branch}",
@@ -102,7 +102,6 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
                 "name": "cuda-repo",
                 "build": "dkms",
                 "packages": [
-                    "cuda-drivers-{branch}",
                     "nvidia-driver-{branch}",
                     "nvidia-dkms-{branch}",
                     "nvidia-kernel-common-{branch}",
@@ -204,6 +203,10 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
                 "packages": ["nvidia-fabricmanager-{branch}", "libnvidia-nscq-{branch}"],
             },
             {"detect": ["nvidia-fabricmanager"], "packages": ["nvidia-fabricmanager", "libnvidia-nscq"]},
+            # the CUDA repository's metas: NVIDIA installs cuda-drivers-<branch> over any of the four
+            # Ubuntu-named drivers (open, proprietary, -server), so it follows the driver, whatever flavour
+            {"detect": ["cuda-drivers-[0-9]*"], "packages": ["cuda-drivers-{branch}"]},
+            {"detect": ["nvidia-open-[0-9]*"], "packages": ["nvidia-open-{branch}"]},
         ],
         # The package that carries the userspace driver library.
         "userspace_package": "libnvidia-compute-{branch}-server",

@@ -456,9 +456,9 @@ packaging:
       had for the running and the boot kernel - what the role's preflight refuses on before any cordon.
     - A DKMS flavour needs each kernel's build tree (C(/lib/modules/<kernel>/build), shipped by
       C(linux-headers-<kernel>)); with Secure Boot enabled it needs DKMS's signing key
-      (C(/var/lib/dkms/mok.pub) or C(/var/lib/shim-signed/mok/MOK.der)) enrolled (C(mokutil --test-key)),
-      else the kernel would refuse the module it builds. A precompiled flavour needs its per-kernel package
-      from apt, which the role checks with the target set.
+      (C(/var/lib/dkms/mok.pub) or C(/var/lib/shim-signed/mok/MOK.der)) enrolled (its SHA-1 fingerprint
+      in C(mokutil --list-enrolled)), else the kernel would refuse the module it builds. A precompiled
+      flavour needs its per-kernel package from apt, which the role checks with the target set.
   returned: always
   type: dict
   contains:

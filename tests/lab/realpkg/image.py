@@ -217,7 +217,8 @@ def build() -> Dict[str, object]:
 def main(argv: List[str]) -> int:
     """CLI: build or reuse the image and report it."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--ref", action="store_true", help="print the image reference only")
+    ap.add_argument("--ref", action="store_true",
+                    help="print only the image reference (it is built first when missing)")
     a = ap.parse_args(argv)
     info = build()
     if a.ref:

@@ -259,17 +259,24 @@ def test_kernel_templates_match_kernel_releases_only():
     ]
 
 
-def test_cuda_repo_names_the_whole_closure():
+def test_cuda_repo_names_the_whole_closure_and_moves_the_meta_as_a_companion():
     fl = packaging.choose(NV, CUDA_REPO_550)
-    assert packaging.target_packages(fl, "550.90.07", "k") == [
-        "cuda-drivers-550",
-        "nvidia-driver-550",
-        "nvidia-dkms-550",
-        "nvidia-kernel-common-550",
-        "libnvidia-compute-550",
-        "nvidia-utils-550",
-        "nvidia-compute-utils-550",
+    assert packaging.target_packages(fl, "580.126.09", "k") == [
+        "nvidia-driver-580",
+        "nvidia-dkms-580",
+        "nvidia-kernel-common-580",
+        "libnvidia-compute-580",
+        "nvidia-utils-580",
+        "nvidia-compute-utils-580",
     ]
+    assert [c["packages"] for c in packaging.companions(NV, CUDA_REPO_550, "580.126.09")] == [["cuda-drivers-580"]]
+    # and over the -server-open module, as NVIDIA's instructions leave it: the meta follows that driver
+    server = ["cuda-drivers-550", "nvidia-driver-550-server-open", "nvidia-dkms-550-server-open"]
+    assert packaging.choose(NV, server)["name"] == "ubuntu-server-open"
+    assert [c["packages"] for c in packaging.companions(NV, server, "580.126.09")] == [["cuda-drivers-580"]]
+    assert packaging.leaving_companions(
+        packaging.companions(NV, server, "580.126.09"), server, ["cuda-drivers-580"], "580.126.09"
+    ) == ["cuda-drivers-550"]
 
 
 @pytest.mark.parametrize(

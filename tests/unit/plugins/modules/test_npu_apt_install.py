@@ -34,7 +34,9 @@ def run(monkeypatch, capsys, args, simulated, installed):
         return 0, "", ""
 
     monkeypatch.setattr(AnsibleModule, "run_command", run_command)
-    monkeypatch.setattr(AnsibleModule, "get_bin_path", lambda self, name, required=False, opt_dirs=None: "/usr/bin/" + name)
+    monkeypatch.setattr(
+        AnsibleModule, "get_bin_path", lambda self, name, required=False, opt_dirs=None: "/usr/bin/" + name
+    )
     with patch_module_args(args):
         with pytest.raises(SystemExit):
             mod.main()
