@@ -146,7 +146,7 @@ class Facts:
     def __init__(self, runner: Runner, profile: Mapping[str, Any]):
         self.runner = runner
         self.p = profile
-        self._module_files: dict = {}
+        self._dep_files: dict = {}
         self._modinfo_names: dict = {}
         self.module_file_conflicts: dict = {}
 
@@ -182,10 +182,11 @@ class Facts:
         headless host). A module with no file on that kernel is left out, and so is one that two files
         of other names carry (a stale build beside the new one): modprobe by the module's own name then
         fails loudly instead of loading a file chosen by chance; ``module_file_conflicts`` names them."""
-        key = (release, tuple(modules))
-        if key in self._module_files:
-            return self._module_files[key]
-        files = kmod_versions.module_dep_files(_read("/lib/modules/%s/modules.dep" % release) or "")
+        if release not in self._dep_files:  # read once per kernel: gather asks for the running one twice
+            self._dep_files[release] = kmod_versions.module_dep_files(
+                _read("/lib/modules/%s/modules.dep" % release) or ""
+            )
+        files = self._dep_files[release]
         res = {}
         for module in modules:
             norm = module.replace("-", "_")
@@ -204,7 +205,6 @@ class Facts:
                 res[module] = hits[0].rsplit("/", 1)[-1].split(".ko", 1)[0]
             elif hits:
                 self.module_file_conflicts.setdefault(release, {})[module] = hits
-        self._module_files[key] = res
         return res
 
     def loaded_version(self, module_name, proc_file):
