@@ -11,7 +11,7 @@ bootstrap:
 	@scripts/bootstrap.sh
 
 test: bootstrap
-	@scripts/test.sh
+	@NPUOPS_IT_ROTATION=$${NPUOPS_IT_ROTATION:-3} scripts/test.sh
 
 unit: bootstrap
 	@scripts/test.sh unit
@@ -23,7 +23,7 @@ sanity: bootstrap
 	@scripts/test.sh sanity
 
 integration: bootstrap
-	@scripts/test.sh integration
+	@NPUOPS_IT_ROTATION=1 scripts/test.sh integration
 
 # every fault-injection case on the lab (README, "Fault injection"); CI runs a rotating subset
 faults: bootstrap

@@ -53,8 +53,10 @@ ensure_lab() {
 }
 
 stage_integration() {
+  # NPUOPS_IT_ROTATION=N: a rotating 1/N of the lab tests (tests/integration/conftest.py; `make test`
+  # sets 3 to stay inside CI's budget, `make integration` runs all)
   ensure_lab
-  echo "== pytest integration (lab)"
+  echo "== pytest integration (lab, rotation ${NPUOPS_IT_ROTATION:-1})"
   NPUOPS_REQUIRE_LAB=1 pytest -q -p no:cacheprovider tests/integration
   stage_faults
   stage_molecule
