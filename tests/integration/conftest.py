@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -233,15 +234,13 @@ def sa_kubeconfig(api_client, core_v1, rbac_v1, tmp_path):
 
 
 def pytest_collection_modifyitems(config, items):
-    """`make test` runs a rotating third of the lab tests (NPUOPS_IT_ROTATION=3, set by scripts/test.sh):
+    """`make test` runs a rotating third of the lab tests (NPUOPS_IT_ROTATION=3, set by the Makefile):
     item i runs when i % N == seed % N, seed NPUOPS_IT_SEED (default: days since the epoch), so three
     consecutive CI runs cover every test and each module's cost is split evenly. Unset or 1: all
     (`make integration`). Tests are independent (each puts its hosts and Nodes back)."""
     n = int(os.environ.get("NPUOPS_IT_ROTATION") or 1)
     if n <= 1:
         return
-    import time
-
     seed = int(os.environ.get("NPUOPS_IT_SEED") or int(time.time() // 86400))
     keep = [it for i, it in enumerate(items) if i % n == seed % n]
     drop = [it for i, it in enumerate(items) if i % n != seed % n]
