@@ -115,3 +115,121 @@ def test_in_branch_upgrade_with_real_debian_packages_and_real_dkms(core_v1, real
     assert rc == 0, out[-4000:]
     assert "changed=0" in recap_changed(name, out), recap_changed(name, out)
     assert dpkg(name) == after
+
+
+# Debian's Tesla branches (pins.txt sets tesla470 / tesla535 / kernel612): the host image has bookworm's
+# nvidia-graphics-drivers-tesla-470 built by the real dkms; 535 is the other Tesla branch bookworm has.
+T470, T470_DEB = "470.256.02", "470.256.02-1~deb12u1"
+T535, T535_DEB = "535.216.03", "535.216.03-3~deb12u1"
+# bookworm-backports' kernel, which bookworm's 470.256.02-1~deb12u1 cannot be built for (Debian fixed the
+# build for Linux 6.12 in 470.256.02-5; bugs 1089964, 1090252, 1091193)
+K612 = "6.12.95+deb12-amd64"
+# what apt installs for the branch's five top-level names, by the package lists of the archive
+TESLA = ["nvidia-tesla-{b}-kernel-dkms", "nvidia-tesla-{b}-smi", "libnvidia-tesla-{b}-ml1",
+         "libnvidia-tesla-{b}-cfg1", "nvidia-tesla-{b}-alternative", "nvidia-tesla-{b}-kernel-support"]
+
+
+@pytest.fixture
+def tesla_host(core_v1):
+    with scratch_host(core_v1, "lab-tesla", ["--realpkg-set", "tesla470"], "470", timeout=3600) as n:
+        yield n
+
+
+def _window(name, report_dir, **extra):
+    return [
+        "maintenance_window.yml",
+        f"maintenance_hosts={name}",
+        f"maintenance_report_dir={report_dir}",
+        f"maintenance_lease_name=realpkg-{uuid.uuid4().hex[:5]}",
+        {"driver_upgrade_policy": {"maxParallelUpgrades": 0, "maxUnavailable": "100%", "drain": {"enable": False}},
+         **extra},
+    ]
+
+
+def _tesla_before(name):
+    before = dpkg(name)
+    assert {p.format(b="470"): before[p.format(b="470")][0] for p in TESLA} == {
+        p.format(b="470"): T470_DEB for p in TESLA}, before
+    assert hx(name, "dkms status").stdout.strip() == f"nvidia-tesla-470/{T470}, {KERNEL}, x86_64: installed"
+    assert hx(name, "cat /sys/module/nvidia/version").stdout.strip() == T470
+    assert hx(name, "systemctl is-active nvidia-persistenced").stdout.strip() == "active"
+    return before
+
+
+def test_tesla_branch_change_470_to_535_with_real_debian_packages_and_real_dkms(
+    core_v1, tesla_host, lab_kubeconfig, tmp_path
+):
+    name = tesla_host
+    report_dir = tmp_path / "reports"
+    report_dir.mkdir()
+    _tesla_before(name)
+    rc, out = play(name, lab_kubeconfig, report_dir, "harden.yml", f"harden_hosts={name}")
+    assert rc == 0, out[-3000:]
+    held_before = set(hx(name, "apt-mark showhold").stdout.split())
+    assert {p.format(b="470") for p in TESLA} <= held_before, held_before
+
+    window = _window(name, report_dir, driver_upgrade_target_version=T535)
+    rc, out = play(name, lab_kubeconfig, report_dir, *window)
+    assert rc == 0, out[-6000:]
+    s = json.loads((report_dir / "latest.json").read_text())
+    h = {x["host"]: x for x in s["hosts"]}[name]
+    assert h["status"] == "upgraded" and h["final_state"] == "upgrade-done", h
+
+    after = dpkg(name)
+    # the whole 470 branch left in the same transaction (nothing conflicts: the branches co-install) and
+    # each of its packages has its 535 counterpart, persistenced's libnvidia-cfg1 included
+    assert sorted(p for p in after if "470" in p) == [], sorted(after)
+    want = {p.format(b="535"): T535_DEB for p in TESLA} | {"firmware-nvidia-tesla-535-gsp": T535_DEB}
+    assert {p: after.get(p, ("-",))[0] for p in want} == want, after
+    assert "libnvidia-cfg1" not in after and "nvidia-alternative" not in after, sorted(after)
+    # one DKMS module: the real dkms built 535 for the boot kernel and removed 470 with its package
+    assert hx(name, "dkms status").stdout.strip() == f"nvidia-tesla-535/{T535}, {KERNEL}, x86_64: installed"
+    ko = hx(name, f"ls /lib/modules/{KERNEL}/updates/dkms/").stdout.split()
+    assert sorted(ko) == sorted(f"nvidia-tesla-535{s}.ko" for s in ("", "-modeset", "-drm", "-uvm", "-peermem")), ko
+    versions = hx(name, "for m in nvidia nvidia_modeset nvidia_drm; do cat /sys/module/$m/version; done").stdout
+    assert versions.split() == [T535] * 3, versions
+    assert hx(name, "systemctl is-active nvidia-persistenced").stdout.strip() == "active"
+    assert hx(name, "nvidia-smi --query-gpu=driver_version --format=csv,noheader").stdout.split() == [T535, T535]
+    held_after = set(hx(name, "apt-mark showhold").stdout.split())
+    assert {p.format(b="535") for p in TESLA} <= held_after, held_after
+    assert not {p for p in held_after if "470" in p}, held_after
+    node = core_v1.read_node(name)
+    assert (node.metadata.labels or {}).get(STATE) == "upgrade-done" and not node.spec.unschedulable
+
+    rc, out = play(name, lab_kubeconfig, report_dir, *window)
+    assert rc == 0, out[-4000:]
+    assert "changed=0" in recap_changed(name, out), recap_changed(name, out)
+    assert dpkg(name) == after
+
+
+def test_a_real_dkms_build_that_fails_for_the_patched_kernel_stops_before_the_reboot(
+    core_v1, tesla_host, lab_kubeconfig, tmp_path
+):
+    """A kernel patch to bookworm-backports' 6.12 on a Tesla 470 host: the real dkms compiles bookworm's
+    470.256.02 for it during the apt transaction and fails (the real compiler's errors in make.log)."""
+    name = tesla_host
+    report_dir = tmp_path / "reports"
+    report_dir.mkdir()
+    _tesla_before(name)
+    rc, out = play(name, lab_kubeconfig, report_dir, "harden.yml", f"harden_hosts={name}")
+    assert rc == 0, out[-3000:]
+    held_before = set(hx(name, "apt-mark showhold").stdout.split())
+    boot_before = hx(name, "cat /run/npuops-lab/boot_id").stdout.strip()
+
+    window = _window(name, report_dir, driver_upgrade_target_version=T470, driver_upgrade_kernel_release=K612)
+    rc, out = play(name, lab_kubeconfig, report_dir, *window)
+    assert rc != 0, out[-6000:]
+    s = json.loads((report_dir / "latest.json").read_text())
+    h = {x["host"]: x for x in s["hosts"]}[name]
+    log = f"/var/lib/dkms/nvidia-tesla-470/{T470}/build/make.log"
+    assert h["status"] == "failed" and h["final_state"] == "upgrade-failed", h
+    assert f"DKMS module build failed for kernel {K612}; see {log}" in h["reason"], h["reason"]
+    assert h["rebooted"] is False and hx(name, "cat /run/npuops-lab/boot_id").stdout.strip() == boot_before
+    assert "error" in hx(name, f"cat {log}").stdout  # the real compiler's
+    node = core_v1.read_node(name)
+    assert (node.metadata.labels or {}).get(STATE) == "upgrade-failed" and node.spec.unschedulable is True
+    # the running driver is untouched and its service runs; the holds are back
+    assert hx(name, "cat /sys/module/nvidia/version").stdout.strip() == T470
+    assert hx(name, "systemctl is-active nvidia-persistenced").stdout.strip() == "active"
+    assert held_before <= set(hx(name, "apt-mark showhold").stdout.split())
+    assert hx(name, "dkms status").stdout.strip().startswith(f"nvidia-tesla-470/{T470}, {KERNEL}, x86_64: installed")

@@ -495,6 +495,7 @@ def gather(runner: Runner, profile: Mapping[str, Any], params: Mapping[str, Any]
         and pack["name"] not in [x["name"] for x in pack["installed_flavours"]]
     )
     pack["target"], pack["target_kernel"], pack["leaving"], pack["companions"] = [], [], [], []
+    pack["counterparts"] = {}
     if p["expected_version"] and pack["name"]:
         names = packaging.target_packages(pack, p["expected_version"], run_kernel)
         per_kernel = [n for n, t in zip(names, pack["packages"]) if "{kernel}" in t]
@@ -504,10 +505,17 @@ def gather(runner: Runner, profile: Mapping[str, Any], params: Mapping[str, Any]
         pack["target_kernel"] = per_kernel
         old = next((fl for fl in packaging.flavours(profile) if fl["name"] in
                     [x["name"] for x in pack["installed_flavours"]]), None)
+        # the old branch's other packages move to the target branch where apt offers them (the role
+        # asks apt) and leave in any case
+        pack["counterparts"] = packaging.branch_counterparts(
+            old, profile.get("package_families") or [], present, names + extra, p["expected_version"],
+            skip_templates=packaging.rule_templates(profile),
+        )
         pack["leaving"] = sorted(
             set(
                 packaging.leaving_packages(old, pack, present, names + extra, p["expected_version"])
                 + packaging.leaving_companions(pack["companions"], present, names + extra, p["expected_version"])
+                + list(pack["counterparts"])
             )
         )
     fm = None

@@ -190,6 +190,60 @@ def leaving_companions(
     return _replaced(templates, installed, target, version, any_branch=False)
 
 
+def rule_templates(profile: Mapping[str, Any]) -> list[str]:
+    """Templates whose packages have rules of their own on a branch change: every flavour's per-kernel
+    module packages (``{kernel}``) and the profile's companion packages."""
+    per_kernel = [t for fl in flavours(profile) for t in fl["packages"] if "{kernel}" in t]
+    comp = [str(t) for g in profile.get("companion_packages") or [] for t in g.get("packages") or []]
+    return per_kernel + comp
+
+
+def branch_counterparts(
+    old: Optional[Mapping[str, Any]],
+    families: Iterable[str],
+    installed: Iterable[str],
+    target: Iterable[str],
+    version: str,
+    skip_templates: Iterable[str] = (),
+) -> dict[str, str]:
+    """On a branch change, the old branch's other installed packages and their names in the target branch:
+    ``{old name: new name}``. Debian's Tesla branches do not conflict with each other, so a 470 -> 535
+    move that names only the profile's packages leaves ``nvidia-tesla-470-alternative``,
+    ``nvidia-tesla-470-kernel-support`` and ``libnvidia-tesla-470-cfg1`` installed beside 535 (and
+    nvidia-persistenced on the old library); Ubuntu's ``libnvidia-gl-535-server`` is the same case.
+
+    ``old`` is the host's installed flavour; its templates with ``{branch}`` give the installed branches
+    (those that are not ``version``'s). A candidate is an installed name in ``families`` (fnmatch) that
+    carries such a branch as a dash-separated word (``-470-`` or a trailing ``-470``); its counterpart
+    replaces that word with the target branch. Names in ``target``, names whose counterpart is in
+    ``target``, and names matching ``skip_templates`` (per-kernel module packages, companion packages,
+    which have rules of their own) are left out. A flavour without ``{branch}`` (Debian's current
+    branch) has no counterparts. Whether apt offers a counterpart is the caller's question."""
+    if not old:
+        return {}
+    branch = _branch(version)
+    names = set(installed)
+    branches = set()
+    for name in names:
+        for tmpl in old["packages"]:
+            m = _template_re(tmpl).match(name)
+            if m and "branch" in m.groupdict() and m.group("branch") != branch:
+                branches.add(m.group("branch"))
+    if not branches:
+        return {}
+    keep = set(target)
+    skip = [_template_re(t) for t in skip_templates]
+    words = re.compile(r"(?<=-)(%s)(?=-|$)" % "|".join(re.escape(b) for b in sorted(branches)))
+    res = {}
+    for name in match_families(names - keep, families):
+        if not words.search(name) or any(rx.match(name) for rx in skip):
+            continue
+        new = words.sub(branch, name, count=1)
+        if new not in keep:
+            res[name] = new
+    return res
+
+
 def _replaced(
     templates: Iterable[str], installed: Iterable[str], target: Iterable[str], version: str, any_branch: bool
 ) -> list[str]:

@@ -625,18 +625,18 @@ def cmd_spawn(a):
         spec["services"] = a.service
     if a.packaging != "dkms":
         spec["packaging"] = a.packaging
-    if a.realpkg:
-        # Debian's real packages, the "before" driver already built by the real dkms (realpkg/image.py)
+    if a.realpkg or a.realpkg_set != "before":
+        # Debian's real packages, a pinned driver set already built by the real dkms (realpkg/image.py)
         sys.path.insert(0, os.path.join(HERE, "..", "realpkg"))
         import image as realpkg_image  # noqa: E402  (the real-packaging lab's image builder)
-        info = realpkg_image.build()
+        info = realpkg_image.build(a.realpkg_set)
         img, repo = info["ref"], None
         spec.update({"os": "debian", "apt_mirror": info["mirror"], "kernel_release": info["kernel"]})
     else:
         img, repo = build_image(), build_repo()
     os.makedirs(HOSTS_DIR, exist_ok=True)
     create_host(a.name, spec, img, repo, node=a.node)
-    if (a.kernel or a.driver) and not a.realpkg:
+    if (a.kernel or a.driver) and "apt_mirror" not in spec:
         provision(a.name, spec)
     wait_ssh(a.name)
     if a.node:
@@ -686,6 +686,9 @@ def main():
     s.add_argument("--realpkg", action="store_true",
                    help="Debian's real NVIDIA packages and real dkms (tests/lab/realpkg): the image with the "
                         "pinned 'before' driver built, apt from that lab's mirror; --kernel/--driver/--os ignored")
+    s.add_argument("--realpkg-set", default="before", metavar="SET",
+                   help="with --realpkg: the pins.txt set installed and DKMS-built in the image (default before; "
+                        "tesla470: Debian's Tesla 470 branch); implies --realpkg")
     s.add_argument("--node", action="store_true",
                    help="the node agent keeps this host behind the Node of the same name "
                         "(create the Node yourself, annotated kwok.x-k8s.io/node=fake)")

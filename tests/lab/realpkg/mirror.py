@@ -6,9 +6,10 @@
 
 The closure is resolved by apt itself (`apt-get install --download-only`) against an EMPTY dpkg
 status, with a private apt configuration (sources, lists, cache and preferences under a temporary
-folder; this machine's /etc/apt is not touched), once per driver set: `base` + `before`, then
-`base` + `after`. A `src` line of pins.txt becomes a preference (priority 1001) for that source's
-version, so virtual and unversioned dependencies stay in the set's version. The union of the
+folder; this machine's /etc/apt is not touched), once per set on top of `base`: `base` +
+`before`, `base` + `after`, `base` + `tesla470` ... A `src` line of pins.txt becomes a preference
+(priority 1001) for that source's version, so virtual and unversioned dependencies stay in the set's
+version. The union of the
 downloaded .debs is a flat repository (pool/ + Packages + Release, by apt-ftparchive):
 
   deb [trusted=yes] file:/srv/npuops-realpkg-mirror ./
@@ -34,7 +35,6 @@ PINS = os.path.join(HERE, "pins.txt")
 CACHE = os.path.join(os.environ.get("NPUOPS_LAB_CACHE", os.path.expanduser("~/.cache/npuops-lab")), "realpkg")
 ARCHIVE = "http://deb.debian.org/debian"
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
-DRIVER_SETS = ("before", "after")
 
 
 def log(msg: str) -> None:
@@ -62,6 +62,10 @@ class Pins:
                     target.setdefault(words[1], []).append((words[2], words[3]))
                 else:
                     raise SystemExit("%s:%d: cannot parse %r" % (path, n, line.rstrip()))
+
+    def sets(self) -> List[str]:
+        """The sets resolved on top of base, in pins.txt order."""
+        return [s for s in self.pkgs if s != "base"]
 
     def install_args(self, dset: str) -> List[str]:
         """`name=version` arguments for apt-get install of base + dset."""
@@ -159,7 +163,7 @@ def build() -> str:
         log("apt-get update (private lists: %s)" % ", ".join(s for s, _ in pins.suites))
         run(["apt-get", "update", "-q"], env)
         sets = {}
-        for dset in DRIVER_SETS:
+        for dset in pins.sets():
             log("resolving + downloading base + %s" % dset)
             sets[dset] = resolve(os.path.join(tmp, "apt"), env, pins, dset)
         pool = os.path.join(tmp, "repo", "pool")

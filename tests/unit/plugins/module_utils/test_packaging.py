@@ -522,3 +522,67 @@ def test_vendor_profiles_does_not_import_host_helpers():
     imported = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
     imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     assert [m for m in imported if m and ("module_utils.host" in m or "packaging" in m)] == []
+
+
+# tests/lab/realpkg mirror: what apt installs for nvidia-tesla-470-kernel-dkms, -smi, libnvidia-tesla-470-ml1,
+# libnvidia-tesla-470-cfg1 and nvidia-persistenced (bookworm, 470.256.02-1~deb12u1)
+DEBIAN_TESLA_470 = [
+    "nvidia-tesla-470-kernel-dkms",
+    "nvidia-tesla-470-smi",
+    "libnvidia-tesla-470-ml1",
+    "libnvidia-tesla-470-cfg1",
+    "nvidia-tesla-470-alternative",
+    "nvidia-tesla-470-kernel-support",
+    "nvidia-persistenced",
+    "nvidia-kernel-common",
+    "nvidia-modprobe",
+    "nvidia-installer-cleanup",
+    "glx-alternative-nvidia",
+]
+TESLA_535_TARGET = [
+    "nvidia-tesla-535-kernel-dkms",
+    "nvidia-tesla-535-smi",
+    "libnvidia-tesla-535-ml1",
+    "firmware-nvidia-tesla-535-gsp",
+]
+
+
+def _flavour(name):
+    return next(fl for fl in packaging.flavours(NV) if fl["name"] == name)
+
+
+def test_a_tesla_branch_change_moves_the_branchs_other_packages():
+    old = _flavour("debian-tesla")
+    got = packaging.branch_counterparts(
+        old, NV["package_families"], DEBIAN_TESLA_470, TESLA_535_TARGET, "535.216.03", packaging.rule_templates(NV)
+    )
+    assert got == {
+        "libnvidia-tesla-470-cfg1": "libnvidia-tesla-535-cfg1",
+        "nvidia-tesla-470-alternative": "nvidia-tesla-535-alternative",
+        "nvidia-tesla-470-kernel-support": "nvidia-tesla-535-kernel-support",
+    }
+
+
+def test_counterparts_only_on_a_branch_change_of_a_branch_named_flavour():
+    families = NV["package_families"]
+    tesla = _flavour("debian-tesla")
+    # in-branch: nothing
+    assert packaging.branch_counterparts(tesla, families, DEBIAN_TESLA_470, [], "470.256.02") == {}
+    # Debian's current branch names no branch
+    assert packaging.branch_counterparts(_flavour("debian"), families, DEBIAN_535, [], "550.163.01") == {}
+    assert packaging.branch_counterparts(None, families, DEBIAN_TESLA_470, [], "535.216.03") == {}
+
+
+def test_counterparts_leave_per_kernel_and_companion_packages_to_their_own_rules():
+    host = UBUNTU_PRECOMPILED_535 + ["nvidia-fabricmanager-535", "libnvidia-nscq-535", "libnvidia-gl-535-server",
+                                     "nvidia-firmware-535-server-535.183.01", "nvidia-container-toolkit"]
+    target = ["linux-modules-nvidia-550-server-open-5.15.0-119-generic", "nvidia-kernel-common-550-server",
+              "libnvidia-compute-550-server", "libnvidia-common-550-server", "nvidia-utils-550-server",
+              "nvidia-compute-utils-550-server"]
+    got = packaging.branch_counterparts(_flavour("ubuntu-precompiled-server-open"), NV["package_families"], host,
+                                        target, "550.127.05", packaging.rule_templates(NV))
+    # a word 535 only: the firmware package's version part stays (apt offers no such name; it leaves)
+    assert got == {
+        "libnvidia-gl-535-server": "libnvidia-gl-550-server",
+        "nvidia-firmware-535-server-535.183.01": "nvidia-firmware-550-server-535.183.01",
+    }
