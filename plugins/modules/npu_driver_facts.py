@@ -544,16 +544,17 @@ packaging:
       description:
         - With O(expected_version) - installed packages of the host's current flavour that the target set
           replaces (another branch's, per-kernel ones of every kernel included, or all of a flavour being
-          left), and the keys of RV(packaging.counterparts); the install removes them in its transaction.
+          left); the install removes them in its transaction, with the RV(packaging.counterparts) apt offers.
       type: list
       elements: str
     counterparts:
       description:
-        - With O(expected_version), on a branch change - the old branch's other installed packages of the
-          driver's families and their names in the target branch, C({old: new}) (Debian's
+        - With O(expected_version), on a branch change within the flavour - the old branch's other installed
+          packages of the driver's families and their names in the target branch, C({old: new}) (Debian's
           C(libnvidia-tesla-470-cfg1) -> C(libnvidia-tesla-535-cfg1): Tesla branches install side by side,
-          so nothing else would remove them). The role installs a new name where apt offers it at the
-          target version; every old name leaves. Per-kernel and companion packages have their own rules.
+          so nothing else would remove them). Where apt offers the new name at the target version the role
+          installs it and removes the old one in the same transaction; otherwise apt decides (an unnamed
+          removal refuses the host in the preflight). The flavours' own and companion packages are not here.
       type: dict
   sample: {name: ubuntu-server-open, build: dkms, source: detected, evidence: [nvidia-dkms-550-server-open],
            kernels: {5.15.0-119-generic: {build_dir: false, headers_package: linux-headers-5.15.0-119-generic,

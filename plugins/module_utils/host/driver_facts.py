@@ -505,18 +505,16 @@ def gather(runner: Runner, profile: Mapping[str, Any], params: Mapping[str, Any]
         pack["target_kernel"] = per_kernel
         old = next((fl for fl in packaging.flavours(profile) if fl["name"] in
                     [x["name"] for x in pack["installed_flavours"]]), None)
-        # the old branch's other packages move to the target branch where apt offers them (the role
-        # asks apt) and leave in any case
-        pack["counterparts"] = packaging.branch_counterparts(
-            old, profile.get("package_families") or [], present, names + extra, p["expected_version"],
-            skip_templates=packaging.rule_templates(profile),
-        )
         pack["leaving"] = sorted(
             set(
                 packaging.leaving_packages(old, pack, present, names + extra, p["expected_version"])
                 + packaging.leaving_companions(pack["companions"], present, names + extra, p["expected_version"])
-                + list(pack["counterparts"])
             )
+        )
+        # the old branch's other packages: the role asks apt which target-branch names it offers
+        pack["counterparts"] = packaging.branch_counterparts(
+            old, pack, profile.get("package_families") or [], present, names + extra, p["expected_version"],
+            skip_templates=packaging.rule_templates(profile),
         )
     fm = None
     if is_nvidia:

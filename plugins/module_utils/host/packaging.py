@@ -191,35 +191,38 @@ def leaving_companions(
 
 
 def rule_templates(profile: Mapping[str, Any]) -> list[str]:
-    """Templates whose packages have rules of their own on a branch change: every flavour's per-kernel
-    module packages (``{kernel}``) and the profile's companion packages."""
-    per_kernel = [t for fl in flavours(profile) for t in fl["packages"] if "{kernel}" in t]
+    """Templates whose packages have rules of their own on a branch change: every flavour's packages
+    (per-kernel module packages among them) and the profile's companion packages."""
+    own = [t for fl in flavours(profile) for t in fl["packages"]]
     comp = [str(t) for g in profile.get("companion_packages") or [] for t in g.get("packages") or []]
-    return per_kernel + comp
+    return own + comp
 
 
 def branch_counterparts(
     old: Optional[Mapping[str, Any]],
+    new: Mapping[str, Any],
     families: Iterable[str],
     installed: Iterable[str],
     target: Iterable[str],
     version: str,
     skip_templates: Iterable[str] = (),
 ) -> dict[str, str]:
-    """On a branch change, the old branch's other installed packages and their names in the target branch:
-    ``{old name: new name}``. Debian's Tesla branches do not conflict with each other, so a 470 -> 535
-    move that names only the profile's packages leaves ``nvidia-tesla-470-alternative``,
-    ``nvidia-tesla-470-kernel-support`` and ``libnvidia-tesla-470-cfg1`` installed beside 535 (and
-    nvidia-persistenced on the old library); Ubuntu's ``libnvidia-gl-535-server`` is the same case.
+    """On a branch change within one flavour, the old branch's other installed packages and their names in
+    the target branch: ``{old name: new name}``. Debian's Tesla branches do not conflict with each other,
+    so a 470 -> 535 move that names only the profile's packages leaves ``nvidia-tesla-470-alternative``,
+    ``nvidia-tesla-470-kernel-support`` and ``libnvidia-tesla-470-cfg1`` installed beside 535, and
+    nvidia-persistenced on the old library. The caller asks apt: a new name it offers at the target
+    version joins the transaction and its old name leaves; any other stays as apt decides.
 
-    ``old`` is the host's installed flavour; its templates with ``{branch}`` give the installed branches
-    (those that are not ``version``'s). A candidate is an installed name in ``families`` (fnmatch) that
-    carries such a branch as a dash-separated word (``-470-`` or a trailing ``-470``); its counterpart
-    replaces that word with the target branch. Names in ``target``, names whose counterpart is in
-    ``target``, and names matching ``skip_templates`` (per-kernel module packages, companion packages,
-    which have rules of their own) are left out. A flavour without ``{branch}`` (Debian's current
-    branch) has no counterparts. Whether apt offers a counterpart is the caller's question."""
-    if not old:
+    ``old`` is the host's installed flavour and ``new`` the target's; a flavour change has none (its old
+    packages leave by :func:`leaving_packages`). The old flavour's templates with ``{branch}`` give the
+    installed branches that are not ``version``'s. A candidate is an installed name in ``families``
+    (fnmatch) that carries such a branch as a dash-separated word (``-470-`` or a trailing ``-470``); its
+    counterpart replaces that word with the target branch. Names in ``target``, names whose counterpart
+    is in ``target``, and names matching ``skip_templates`` (every flavour's package templates,
+    companions: they have rules of their own) are left out. A flavour without ``{branch}`` (Debian's
+    current branch) has no counterparts."""
+    if not old or old["name"] != new.get("name"):
         return {}
     branch = _branch(version)
     names = set(installed)
@@ -238,9 +241,9 @@ def branch_counterparts(
     for name in match_families(names - keep, families):
         if not words.search(name) or any(rx.match(name) for rx in skip):
             continue
-        new = words.sub(branch, name, count=1)
-        if new not in keep:
-            res[name] = new
+        new_name = words.sub(branch, name, count=1)
+        if new_name not in keep:
+            res[name] = new_name
     return res
 
 

@@ -554,7 +554,8 @@ def _flavour(name):
 def test_a_tesla_branch_change_moves_the_branchs_other_packages():
     old = _flavour("debian-tesla")
     got = packaging.branch_counterparts(
-        old, NV["package_families"], DEBIAN_TESLA_470, TESLA_535_TARGET, "535.216.03", packaging.rule_templates(NV)
+        old, old, NV["package_families"], DEBIAN_TESLA_470, TESLA_535_TARGET, "535.216.03",
+        packaging.rule_templates(NV),
     )
     assert got == {
         "libnvidia-tesla-470-cfg1": "libnvidia-tesla-535-cfg1",
@@ -563,26 +564,37 @@ def test_a_tesla_branch_change_moves_the_branchs_other_packages():
     }
 
 
-def test_counterparts_only_on_a_branch_change_of_a_branch_named_flavour():
+def test_counterparts_only_on_a_branch_change_within_a_branch_named_flavour():
     families = NV["package_families"]
-    tesla = _flavour("debian-tesla")
+    tesla, current = _flavour("debian-tesla"), _flavour("debian")
     # in-branch: nothing
-    assert packaging.branch_counterparts(tesla, families, DEBIAN_TESLA_470, [], "470.256.02") == {}
+    assert packaging.branch_counterparts(tesla, tesla, families, DEBIAN_TESLA_470, [], "470.256.02") == {}
     # Debian's current branch names no branch
-    assert packaging.branch_counterparts(_flavour("debian"), families, DEBIAN_535, [], "550.163.01") == {}
-    assert packaging.branch_counterparts(None, families, DEBIAN_TESLA_470, [], "535.216.03") == {}
+    assert packaging.branch_counterparts(current, current, families, DEBIAN_535, [], "550.163.01") == {}
+    assert packaging.branch_counterparts(None, tesla, families, DEBIAN_TESLA_470, [], "535.216.03") == {}
+    # a flavour change (Tesla 470 -> Debian's current 535): nothing is renamed into the flavour being left
+    target = ["nvidia-kernel-dkms", "nvidia-smi", "libnvidia-ml1", "firmware-nvidia-gsp"]
+    assert packaging.branch_counterparts(tesla, current, families, DEBIAN_TESLA_470, target, "535.216.03") == {}
 
 
-def test_counterparts_leave_per_kernel_and_companion_packages_to_their_own_rules():
-    host = UBUNTU_PRECOMPILED_535 + ["nvidia-fabricmanager-535", "libnvidia-nscq-535", "libnvidia-gl-535-server",
-                                     "nvidia-firmware-535-server-535.183.01", "nvidia-container-toolkit"]
+def test_counterparts_leave_the_flavours_own_and_companion_packages_to_their_rules():
+    host = UBUNTU_PRECOMPILED_535 + [
+        "nvidia-fabricmanager-535", "libnvidia-nscq-535", "libnvidia-gl-535-server",
+        "nvidia-firmware-535-server-535.183.01", "nvidia-container-toolkit",
+        # another flavour's package on the same host (a DKMS leftover): its flavour's rules, not a rename
+        "nvidia-dkms-535-server",
+        # the kernel-flavour meta: renamed, but apt offers it at a kernel's version, never the driver's
+        "linux-modules-nvidia-535-server-open-generic",
+    ]
     target = ["linux-modules-nvidia-550-server-open-5.15.0-119-generic", "nvidia-kernel-common-550-server",
               "libnvidia-compute-550-server", "libnvidia-common-550-server", "nvidia-utils-550-server",
               "nvidia-compute-utils-550-server"]
-    got = packaging.branch_counterparts(_flavour("ubuntu-precompiled-server-open"), NV["package_families"], host,
-                                        target, "550.127.05", packaging.rule_templates(NV))
-    # a word 535 only: the firmware package's version part stays (apt offers no such name; it leaves)
+    fl = _flavour("ubuntu-precompiled-server-open")
+    got = packaging.branch_counterparts(fl, fl, NV["package_families"], host, target, "550.127.05",
+                                        packaging.rule_templates(NV))
+    # a word 535 only: the firmware package's version part stays (apt offers no such name: it stays)
     assert got == {
         "libnvidia-gl-535-server": "libnvidia-gl-550-server",
+        "linux-modules-nvidia-535-server-open-generic": "linux-modules-nvidia-550-server-open-generic",
         "nvidia-firmware-535-server-535.183.01": "nvidia-firmware-550-server-535.183.01",
     }
