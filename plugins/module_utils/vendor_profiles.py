@@ -176,8 +176,10 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
                     "nvidia-tesla-{branch}-kernel-dkms",
                     "nvidia-tesla-{branch}-smi",
                     "libnvidia-tesla-{branch}-ml1",
-                    "firmware-nvidia-tesla-{branch}-gsp",
                 ],
+                # GSP firmware is a package from 510 on; for Tesla 470 nvidia-tesla-470-kernel-support
+                # provides the name (the module package depends on either, at the exact version)
+                "optional": ["firmware-nvidia-tesla-{branch}-gsp"],
                 "detect": ["nvidia-tesla-*-kernel-dkms"],
             },
             {
@@ -358,6 +360,12 @@ def validate_profile(vendor: str, profile: Mapping[str, Any]) -> None:
     for i, flavour in enumerate(profile.get("packaging") or []):
         if not isinstance(flavour, Mapping) or not flavour.get("name") or not flavour.get("packages"):
             raise ProfileError("vendor profile %r: packaging[%d] needs a name and packages" % (vendor, i))
+        optional = flavour.get("optional", [])
+        if not isinstance(optional, list) or not all(isinstance(t, str) and t for t in optional):
+            raise ProfileError(
+                "vendor profile %r: packaging flavour %r: optional must be a list of package templates, got %r"
+                % (vendor, flavour["name"], optional)
+            )
         if flavour.get("build") not in BUILDS:
             raise ProfileError(
                 "vendor profile %r: packaging flavour %r: build must be %s, got %r"

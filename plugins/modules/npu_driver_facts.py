@@ -476,6 +476,10 @@ packaging:
       description: The flavour's fnmatch patterns of installed packages that identify it.
       type: list
       elements: str
+    optional:
+      description: The flavour's templates of packages that join the target set only where apt offers them.
+      type: list
+      elements: str
     source:
       description: C(requested), C(profile) (the profile's explicit C(packages)), C(detected) or C(default).
       type: str
@@ -524,6 +528,13 @@ packaging:
       type: str
     target:
       description: With O(expected_version) - the flavour's packages at that version, installed at exactly it.
+      type: list
+      elements: str
+    target_optional:
+      description:
+        - With O(expected_version) - the flavour's C(optional) packages at the target version (Debian's
+          C(firmware-nvidia-tesla-535-gsp); on Tesla 470 that name is only provided by another package). The
+          role adds each to the transaction where apt offers it at the target version.
       type: list
       elements: str
     target_kernel:

@@ -495,25 +495,31 @@ def gather(runner: Runner, profile: Mapping[str, Any], params: Mapping[str, Any]
         and pack["name"] not in [x["name"] for x in pack["installed_flavours"]]
     )
     pack["target"], pack["target_kernel"], pack["leaving"], pack["companions"] = [], [], [], []
-    pack["counterparts"] = {}
+    pack["counterparts"], pack["target_optional"] = {}, []
     if p["expected_version"] and pack["name"]:
         names = packaging.target_packages(pack, p["expected_version"], run_kernel)
         per_kernel = [n for n, t in zip(names, pack["packages"]) if "{kernel}" in t]
         pack["companions"] = packaging.companions(profile, present, p["expected_version"])
         extra = [n for c in pack["companions"] for n in c["packages"] if n not in names]
         pack["target"] = [n for n in names if n not in per_kernel] + extra
+        pack["target_optional"] = [
+            n for n in packaging.optional_packages(pack, p["expected_version"], run_kernel) if n not in names + extra
+        ]
         pack["target_kernel"] = per_kernel
         old = next((fl for fl in packaging.flavours(profile) if fl["name"] in
                     [x["name"] for x in pack["installed_flavours"]]), None)
         pack["leaving"] = sorted(
             set(
-                packaging.leaving_packages(old, pack, present, names + extra, p["expected_version"])
+                packaging.leaving_packages(
+                    old, pack, present, names + extra + pack["target_optional"], p["expected_version"]
+                )
                 + packaging.leaving_companions(pack["companions"], present, names + extra, p["expected_version"])
             )
         )
         # the old branch's other packages: the role asks apt which target-branch names it offers
         pack["counterparts"] = packaging.branch_counterparts(
-            old, pack, profile.get("package_families") or [], present, names + extra, p["expected_version"],
+            old, pack, profile.get("package_families") or [], present, names + extra + pack["target_optional"],
+            p["expected_version"],
             skip_templates=packaging.rule_templates(profile),
         )
     fm = None

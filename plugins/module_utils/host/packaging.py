@@ -7,7 +7,9 @@ A flavour is data in the vendor profile's ``packaging`` list (pure; no I/O here)
      "build": "dkms" | "precompiled",        # DKMS builds the module on the host, or a package ships it
      "packages": ["nvidia-driver-{branch}-server-open", ...],   # the target set; {branch} = 550,
                                              # {version} = 550.90.07, {kernel} = the kernel that runs it
-     "detect": ["nvidia-dkms-*-server-open"]}  # fnmatch patterns of installed packages that mark it
+     "detect": ["nvidia-dkms-*-server-open"],  # fnmatch patterns of installed packages that mark it
+     "optional": ["firmware-nvidia-tesla-{branch}-gsp"]}  # joins the target set where apt offers it
+                                             # at the target version (a virtual name on older branches)
 
 Detection takes the first flavour in list order with an installed package matching ``detect``, so
 markers that co-exist with another flavour's packages come first (NVIDIA's CUDA repository installs
@@ -49,7 +51,9 @@ def flavours(profile: Mapping[str, Any]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     if profile.get("packages"):
         pk = list(profile["packages"])
-        out.append({"name": "packages", "build": "dkms", "packages": pk, "detect": [_wild(p) for p in pk]})
+        out.append(
+            {"name": "packages", "build": "dkms", "packages": pk, "detect": [_wild(p) for p in pk], "optional": []}
+        )
     for fl in profile.get("packaging") or []:
         out.append(
             {
@@ -57,6 +61,7 @@ def flavours(profile: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "build": fl["build"],
                 "packages": [str(p) for p in fl["packages"]],
                 "detect": [str(p) for p in (fl.get("detect") or [_wild(p) for p in fl["packages"]])],
+                "optional": [str(p) for p in fl.get("optional") or []],
             }
         )
     return out
@@ -149,6 +154,13 @@ def target_packages(flavour: Mapping[str, Any], version: str, kernel: str) -> li
     return [_fill(p, version, kernel) for p in flavour["packages"]]
 
 
+def optional_packages(flavour: Mapping[str, Any], version: str, kernel: str) -> list[str]:
+    """The flavour's ``optional`` names for ``version`` on ``kernel``: in the target set only where apt
+    offers them at that version (the caller asks apt), e.g. Tesla 535's firmware-nvidia-tesla-535-gsp,
+    which Tesla 470 has only as a name its kernel-support package provides."""
+    return [_fill(p, version, kernel) for p in flavour.get("optional") or []]
+
+
 @functools.cache
 def _template_re(template: str) -> "re.Pattern[str]":
     """A template as an anchored regex over installed names; ``{branch}``'s first occurrence is the
@@ -175,7 +187,8 @@ def leaving_packages(
     The same flavour and branch removes nothing (per-kernel packages of other kernels stay). Sorted."""
     if not old:
         return []
-    return _replaced(old["packages"], installed, target, version, any_branch=old["name"] != new["name"])
+    templates = list(old["packages"]) + list(old.get("optional") or [])
+    return _replaced(templates, installed, target, version, any_branch=old["name"] != new["name"])
 
 
 def leaving_companions(
@@ -193,7 +206,7 @@ def leaving_companions(
 def rule_templates(profile: Mapping[str, Any]) -> list[str]:
     """Templates whose packages have rules of their own on a branch change: every flavour's packages
     (per-kernel module packages among them) and the profile's companion packages."""
-    own = [t for fl in flavours(profile) for t in fl["packages"]]
+    own = [t for fl in flavours(profile) for t in fl["packages"] + fl["optional"]]
     comp = [str(t) for g in profile.get("companion_packages") or [] for t in g.get("packages") or []]
     return own + comp
 

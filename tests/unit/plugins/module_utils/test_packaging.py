@@ -424,12 +424,14 @@ def test_detect_defaults_to_the_templates_with_wildcards():
             "build": "dkms",
             "packages": ["nvidia-headless-{branch}-server", "acme-{version}-{kernel}", "plain"],
             "detect": ["nvidia-headless-*-server", "acme-*-*", "plain"],
+            "optional": [],
         },
         {
             "name": "x",
             "build": "precompiled",
             "packages": ["x-mod-{branch}-{kernel}", "x-{version}"],
             "detect": ["x-mod-*-*", "x-*"],
+            "optional": [],
         },
     ]
 
@@ -598,3 +600,22 @@ def test_counterparts_leave_the_flavours_own_and_companion_packages_to_their_rul
         "linux-modules-nvidia-535-server-open-generic": "linux-modules-nvidia-550-server-open-generic",
         "nvidia-firmware-535-server-535.183.01": "nvidia-firmware-550-server-535.183.01",
     }
+
+
+def test_tesla_gsp_firmware_is_optional_and_still_leaves_on_a_flavour_change():
+    tesla = _flavour("debian-tesla")
+    assert packaging.target_packages(tesla, "470.256.02", "6.1.0-50-amd64") == [
+        "nvidia-tesla-470-kernel-dkms", "nvidia-tesla-470-smi", "libnvidia-tesla-470-ml1"]
+    # Tesla 470 has no such package (nvidia-tesla-470-kernel-support provides the name); 535 has one
+    assert packaging.optional_packages(tesla, "470.256.02", "k") == ["firmware-nvidia-tesla-470-gsp"]
+    assert packaging.optional_packages(_flavour("debian"), "535.261.03", "k") == []
+    # a branch change within Tesla: the old branch's firmware package leaves by the flavour's rule
+    gone = packaging.leaving_packages(tesla, tesla, DEBIAN_TESLA_535, [], "550.163.01")
+    assert "firmware-nvidia-tesla-535-gsp" in gone, gone
+
+
+@pytest.mark.parametrize("bad", ["firmware-x", [""], [1], None])
+def test_a_flavours_optional_must_be_a_list_of_templates(bad):
+    with pytest.raises(ProfileError, match="optional must be a list of package templates"):
+        resolve_profile("nvidia", {"packaging": [
+            {"name": "x", "build": "dkms", "packages": ["x-{branch}"], "optional": bad}], "packaging_default": "x"})
