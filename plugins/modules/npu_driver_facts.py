@@ -562,7 +562,7 @@ packaging:
       description:
         - With O(expected_version), on a branch change within the flavour - the old branch's other installed
           packages of the driver's families and their names in the target branch, C(old name) -> C(new name) (Debian's
-          C(libnvidia-tesla-470-cfg1) -> C(libnvidia-tesla-535-cfg1): Tesla branches install side by side,
+          C(libnvidia-tesla-470-cfg1) -> C(libnvidia-tesla-535-cfg1); Tesla branches install side by side,
           so nothing else would remove them). Where apt offers the new name at the target version the role
           installs it and removes the old one in the same transaction; otherwise apt decides (an unnamed
           removal refuses the host in the preflight). The flavours' own and companion packages are not here.
