@@ -625,11 +625,11 @@ def cmd_spawn(a):
         spec["services"] = a.service
     if a.packaging != "dkms":
         spec["packaging"] = a.packaging
-    if a.realpkg or a.realpkg_set != "before":
+    if a.realpkg or a.realpkg_set:
         # Debian's real packages, a pinned driver set already built by the real dkms (realpkg/image.py)
         sys.path.insert(0, os.path.join(HERE, "..", "realpkg"))
         import image as realpkg_image  # noqa: E402  (the real-packaging lab's image builder)
-        info = realpkg_image.build(a.realpkg_set)
+        info = realpkg_image.build(a.realpkg_set or "before")
         img, repo = info["ref"], None
         spec.update({"os": "debian", "apt_mirror": info["mirror"], "kernel_release": info["kernel"]})
     else:
@@ -686,7 +686,7 @@ def main():
     s.add_argument("--realpkg", action="store_true",
                    help="Debian's real NVIDIA packages and real dkms (tests/lab/realpkg): the image with the "
                         "pinned 'before' driver built, apt from that lab's mirror; --kernel/--driver/--os ignored")
-    s.add_argument("--realpkg-set", default="before", metavar="SET",
+    s.add_argument("--realpkg-set", metavar="SET",
                    help="with --realpkg: the pins.txt set installed and DKMS-built in the image (default before; "
                         "tesla470: Debian's Tesla 470 branch); implies --realpkg")
     s.add_argument("--node", action="store_true",
