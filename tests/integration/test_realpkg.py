@@ -152,28 +152,28 @@ def _window(name, report_dir, **extra):
     ]
 
 
-def _tesla_before(name):
+def _tesla_hardened(name, kubeconfig, tmp_path):
+    """The Tesla 470 host as the image built it, then hardened; -> (report dir, held packages)."""
+    report_dir = tmp_path / "reports"
+    report_dir.mkdir()
     before = dpkg(name)
     assert {p.format(b="470"): before[p.format(b="470")][0] for p in TESLA} == {
         p.format(b="470"): T470_DEB for p in TESLA}, before
     assert hx(name, "dkms status").stdout.strip() == f"nvidia-tesla-470/{T470}, {KERNEL}, x86_64: installed"
     assert hx(name, "cat /sys/module/nvidia/version").stdout.strip() == T470
     assert hx(name, "systemctl is-active nvidia-persistenced").stdout.strip() == "active"
-    return before
+    rc, out = play(name, kubeconfig, report_dir, "harden.yml", f"harden_hosts={name}")
+    assert rc == 0, out[-3000:]
+    held = set(hx(name, "apt-mark showhold").stdout.split())
+    assert {p.format(b="470") for p in TESLA} <= held, held
+    return report_dir, held
 
 
 def test_tesla_branch_change_470_to_535_with_real_debian_packages_and_real_dkms(
     core_v1, tesla_host, lab_kubeconfig, tmp_path
 ):
     name = tesla_host
-    report_dir = tmp_path / "reports"
-    report_dir.mkdir()
-    _tesla_before(name)
-    rc, out = play(name, lab_kubeconfig, report_dir, "harden.yml", f"harden_hosts={name}")
-    assert rc == 0, out[-3000:]
-    held_before = set(hx(name, "apt-mark showhold").stdout.split())
-    assert {p.format(b="470") for p in TESLA} <= held_before, held_before
-
+    report_dir, _held = _tesla_hardened(name, lab_kubeconfig, tmp_path)
     window = _window(name, report_dir, driver_upgrade_target_version=T535)
     rc, out = play(name, lab_kubeconfig, report_dir, *window)
     assert rc == 0, out[-6000:]
@@ -215,12 +215,7 @@ def test_a_real_dkms_build_that_fails_for_the_patched_kernel_stops_before_the_re
     """A kernel patch to bookworm-backports' 6.12 on a Tesla 470 host: the real dkms compiles bookworm's
     470.256.02 for it during the apt transaction and fails (the real compiler's errors in make.log)."""
     name = tesla_host
-    report_dir = tmp_path / "reports"
-    report_dir.mkdir()
-    _tesla_before(name)
-    rc, out = play(name, lab_kubeconfig, report_dir, "harden.yml", f"harden_hosts={name}")
-    assert rc == 0, out[-3000:]
-    held_before = set(hx(name, "apt-mark showhold").stdout.split())
+    report_dir, held_before = _tesla_hardened(name, lab_kubeconfig, tmp_path)
     boot_before = hx(name, "cat /run/npuops-lab/boot_id").stdout.strip()
 
     window = _window(name, report_dir, driver_upgrade_target_version=T470, driver_upgrade_kernel_release=K612)
