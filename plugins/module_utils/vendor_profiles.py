@@ -361,9 +361,12 @@ def validate_profile(vendor: str, profile: Mapping[str, Any]) -> None:
         if not isinstance(flavour, Mapping) or not flavour.get("name") or not flavour.get("packages"):
             raise ProfileError("vendor profile %r: packaging[%d] needs a name and packages" % (vendor, i))
         optional = flavour.get("optional", [])
-        if not isinstance(optional, list) or not all(isinstance(t, str) and t for t in optional):
+        # a per-kernel package is the flavour's own rule (its version is the kernel's, not the driver's)
+        ok = isinstance(optional, list) and all(isinstance(t, str) and t and "{kernel}" not in t for t in optional)
+        if not ok:
             raise ProfileError(
-                "vendor profile %r: packaging flavour %r: optional must be a list of package templates, got %r"
+                "vendor profile %r: packaging flavour %r: optional must be a list of package templates without"
+                " {kernel}, got %r"
                 % (vendor, flavour["name"], optional)
             )
         if flavour.get("build") not in BUILDS:

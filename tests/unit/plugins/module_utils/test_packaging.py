@@ -614,7 +614,7 @@ def test_tesla_gsp_firmware_is_optional_and_still_leaves_on_a_flavour_change():
     assert "firmware-nvidia-tesla-535-gsp" in gone, gone
 
 
-@pytest.mark.parametrize("bad", ["firmware-x", [""], [1], None])
+@pytest.mark.parametrize("bad", ["firmware-x", [""], [1], None, ["x-mod-{branch}-{kernel}"]])
 def test_a_flavours_optional_must_be_a_list_of_templates(bad):
     with pytest.raises(ProfileError, match="optional must be a list of package templates"):
         resolve_profile("nvidia", {"packaging": [
