@@ -29,7 +29,8 @@ options:
     description:
       - Packages to remove in the same transaction (apt's C(name-) form) - the old branch's or old
         flavour's packages a branch change leaves behind, per-kernel module packages included. A name
-        that is not installed is ignored. After the run every one of them must be gone, else the task fails.
+        that is not installed is ignored; every installed architecture's copy goes (C(libfoo:i386) too).
+        After the run every one of them must be gone, else the task fails.
       - The transaction is simulated first (C(apt-get --simulate)); when apt would remove a package not
         named here (it resolves a broken dependency by removing its user - the old branch's meta
         package, the other module flavour through Conflicts), the task fails before anything is
@@ -178,6 +179,24 @@ def versions(module, names):
     return res
 
 
+def instances(module, names):
+    """The installed instances of ``names`` as dpkg names them, sorted: ``libfoo:i386`` for a foreign
+    architecture's copy, ``libfoo`` or ``libfoo:amd64`` for the native one. ``libfoo-`` alone removes only
+    the native copy, and a 32-bit copy left behind fails the transaction after it ran."""
+    dpkg_query = module.get_bin_path("dpkg-query", required=True)
+    _rc, out, _err = module.run_command(
+        [dpkg_query, "-W", "-f=${binary:Package}\t${db:Status-Abbrev}\n"] + list(names),
+        environ_update={"LC_ALL": "C"},
+    )
+    wanted = set(names)
+    res = set()
+    for line in (out or "").splitlines():
+        parts = line.split("\t")
+        if len(parts) >= 2 and parts[0].split(":", 1)[0] in wanted and parts[1][1:2] == "i":
+            res.add(parts[0])
+    return sorted(res)
+
+
 def released_status(module, names, status="/var/lib/dpkg/status"):
     """Path of a temporary copy of dpkg's status with ``names`` no longer held (the caller removes it)."""
     try:
@@ -231,7 +250,8 @@ def main():
         if p["simulate_release"]:
             status_copy = released_status(module, p["simulate_release"])
             argv += ["-o", "Dir::State::status=%s" % status_copy]
-    argv += ["install"] + ["%s=%s" % (n, v) for n, v in sorted(targets.items())] + ["%s-" % n for n in sorted(removing)]
+    argv += ["install"] + ["%s=%s" % (n, v) for n, v in sorted(targets.items())]
+    argv += ["%s-" % n for n in (instances(module, removing) if removing else [])]
     # apt resolves a broken dependency by removing its user (a meta package of the old branch, the
     # other module flavour through Conflicts) and -y accepts that: simulate first, and refuse a
     # transaction that removes anything it does not name, before dpkg touches the host

@@ -27,8 +27,10 @@ def run(monkeypatch, capsys, args, simulated, installed):
         calls.append(argv)
         if argv[0].endswith("dpkg-query"):
             names = [a for a in argv[1:] if not a.startswith("-")]
-            out = "".join("%s\t%s\tii \n" % (n, installed[n]) for n in names if n in installed)
-            return 0, out, ""
+            rows = [(k, v) for k, v in installed.items() if k.split(":", 1)[0] in names]
+            if "-f=${binary:Package}\t${db:Status-Abbrev}\n" in argv:
+                return 0, "".join("%s\tii \n" % k for k, _v in rows), ""
+            return 0, "".join("%s\t%s\tii \n" % (k.split(":", 1)[0], v) for k, v in rows), ""
         if "--simulate" in argv:
             return 0, simulated, ""
         return 0, "", ""
@@ -72,4 +74,29 @@ def test_named_removals_pass_the_check(monkeypatch, capsys):
     apt = [c for c in calls if c[0].endswith("apt-get")]
     assert len(apt) == 2 and "--simulate" in apt[0] and "--simulate" not in apt[1], apt
     assert apt[1][-3:] == ["nvidia-driver-580=580.126.09-0ubuntu1", "cuda-drivers-550-", "nvidia-driver-550-"]
+    assert "unasked_removals" not in res
+
+
+def test_a_foreign_architecture_copy_is_removed_too(monkeypatch, capsys):
+    """Debian's Tesla libraries come in i386 copies on multiarch hosts: ``name-`` alone keeps the copy."""
+    simulated = (
+        "Remv libnvidia-tesla-470-cfg1 [470.256.02-1~deb12u1]\n"
+        "Remv libnvidia-tesla-470-cfg1:i386 [470.256.02-1~deb12u1]\n"
+        "Inst libnvidia-tesla-535-cfg1 (535.216.03-3~deb12u1 Debian:12 [amd64])\n"
+    )
+    old = "470.256.02-1~deb12u1"
+    installed = {"libnvidia-tesla-470-cfg1": old, "libnvidia-tesla-470-cfg1:i386": old}
+    res, calls = run(
+        monkeypatch,
+        capsys,
+        {"packages": {"libnvidia-tesla-535-cfg1": "535.216.03-3~deb12u1"}, "remove": ["libnvidia-tesla-470-cfg1"]},
+        simulated,
+        installed,
+    )
+    apt = [c for c in calls if c[0].endswith("apt-get")]
+    assert apt[-1][-3:] == [
+        "libnvidia-tesla-535-cfg1=535.216.03-3~deb12u1",
+        "libnvidia-tesla-470-cfg1-",
+        "libnvidia-tesla-470-cfg1:i386-",
+    ], apt
     assert "unasked_removals" not in res
