@@ -130,7 +130,7 @@ T535, T535_DEB = "535.216.03", "535.216.03-3~deb12u1"
 # bookworm-backports' kernel, which bookworm's 470.256.02-1~deb12u1 cannot be built for (Debian fixed the
 # build for Linux 6.12 in 470.256.02-5; bugs 1089964, 1090252, 1091193)
 K612 = "6.12.95+deb12-amd64"
-# what apt installs for the branch's five top-level names, by the package lists of the archive
+# the branch's packages on such a host: the four pins.txt names and the two apt adds (alternative, kernel-support)
 TESLA = ["nvidia-tesla-{b}-kernel-dkms", "nvidia-tesla-{b}-smi", "libnvidia-tesla-{b}-ml1",
          "libnvidia-tesla-{b}-cfg1", "nvidia-tesla-{b}-alternative", "nvidia-tesla-{b}-kernel-support"]
 
