@@ -164,37 +164,31 @@ ENV = {
 }
 
 
-def versions(module, names):
-    """{name: installed version or None} from dpkg-query (a package in state ``ii``/``hi`` only)."""
-    dpkg_query = module.get_bin_path("dpkg-query", required=True)
-    rc, out, _err = module.run_command(
-        [dpkg_query, "-W", "-f=${Package}\t${Version}\t${db:Status-Abbrev}\n"] + list(names),
-        environ_update={"LC_ALL": "C"},
-    )
-    res = {n: None for n in names}
-    for line in (out or "").splitlines():
-        parts = line.split("\t")
-        if len(parts) >= 3 and parts[0].split(":", 1)[0] in res and parts[2][1:2] == "i":
-            res[parts[0].split(":", 1)[0]] = parts[1]
-    return res
-
-
-def instances(module, names):
-    """The installed instances of ``names`` as dpkg names them, sorted: ``libfoo:i386`` for a foreign
-    architecture's copy, ``libfoo`` or ``libfoo:amd64`` for the native one. ``libfoo-`` alone removes only
-    the native copy, and a 32-bit copy left behind fails the transaction after it ran."""
+def installed(module, names):
+    """The installed instances of ``names`` (dpkg state ``ii``/``hi``): ``[(name, version)]``, the name as
+    dpkg's ``${binary:Package}`` gives it: ``libfoo:i386`` for a foreign architecture's copy, ``libfoo``
+    or ``libfoo:amd64`` for the native one. ``libfoo-`` alone removes only the native copy, and a 32-bit
+    copy left behind fails the transaction after it ran."""
     dpkg_query = module.get_bin_path("dpkg-query", required=True)
     _rc, out, _err = module.run_command(
-        [dpkg_query, "-W", "-f=${binary:Package}\t${db:Status-Abbrev}\n"] + list(names),
+        [dpkg_query, "-W", "-f=${binary:Package}\t${Version}\t${db:Status-Abbrev}\n"] + list(names),
         environ_update={"LC_ALL": "C"},
     )
     wanted = set(names)
-    res = set()
+    rows = []
     for line in (out or "").splitlines():
         parts = line.split("\t")
-        if len(parts) >= 2 and parts[0].split(":", 1)[0] in wanted and parts[1][1:2] == "i":
-            res.add(parts[0])
-    return sorted(res)
+        if len(parts) >= 3 and parts[0].split(":", 1)[0] in wanted and parts[2][1:2] == "i":
+            rows.append((parts[0], parts[1]))
+    return rows
+
+
+def versions(module, names):
+    """{name: installed version or None} from dpkg-query (a package in state ``ii``/``hi`` only)."""
+    res = {n: None for n in names}
+    for pkg, ver in installed(module, names):
+        res[pkg.split(":", 1)[0]] = ver
+    return res
 
 
 def released_status(module, names, status="/var/lib/dpkg/status"):
@@ -230,7 +224,8 @@ def main():
         module.fail_json(msg="packages to install and to remove overlap: %s" % ", ".join(both))
     apt_get = module.get_bin_path("apt-get", required=True)
     before = versions(module, targets)
-    removing = {n: v for n, v in versions(module, p["remove"]).items() if v} if p["remove"] else {}
+    gone = installed(module, p["remove"]) if p["remove"] else []
+    removing = {pkg.split(":", 1)[0]: ver for pkg, ver in gone}
     argv = [
         apt_get,
         "-y",
@@ -251,7 +246,7 @@ def main():
             status_copy = released_status(module, p["simulate_release"])
             argv += ["-o", "Dir::State::status=%s" % status_copy]
     argv += ["install"] + ["%s=%s" % (n, v) for n, v in sorted(targets.items())]
-    argv += ["%s-" % n for n in (instances(module, removing) if removing else [])]
+    argv += ["%s-" % pkg for pkg in sorted({pkg for pkg, _ver in gone})]
     # apt resolves a broken dependency by removing its user (a meta package of the old branch, the
     # other module flavour through Conflicts) and -y accepts that: simulate first, and refuse a
     # transaction that removes anything it does not name, before dpkg touches the host

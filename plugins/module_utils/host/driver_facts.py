@@ -505,21 +505,20 @@ def gather(runner: Runner, profile: Mapping[str, Any], params: Mapping[str, Any]
         pack["target_optional"] = [
             n for n in packaging.optional_packages(pack, p["expected_version"], run_kernel) if n not in names + extra
         ]
+        # every name the target may hold: nothing in it leaves or gets a counterpart
+        whole = names + extra + pack["target_optional"]
         pack["target_kernel"] = per_kernel
         old = next((fl for fl in packaging.flavours(profile) if fl["name"] in
                     [x["name"] for x in pack["installed_flavours"]]), None)
         pack["leaving"] = sorted(
             set(
-                packaging.leaving_packages(
-                    old, pack, present, names + extra + pack["target_optional"], p["expected_version"]
-                )
+                packaging.leaving_packages(old, pack, present, whole, p["expected_version"])
                 + packaging.leaving_companions(pack["companions"], present, names + extra, p["expected_version"])
             )
         )
         # the old branch's other packages: the role asks apt which target-branch names it offers
         pack["counterparts"] = packaging.branch_counterparts(
-            old, pack, profile.get("package_families") or [], present, names + extra + pack["target_optional"],
-            p["expected_version"],
+            old, pack, profile.get("package_families") or [], present, whole, p["expected_version"],
             skip_templates=packaging.rule_templates(profile),
         )
     fm = None

@@ -187,8 +187,7 @@ def leaving_packages(
     The same flavour and branch removes nothing (per-kernel packages of other kernels stay). Sorted."""
     if not old:
         return []
-    templates = list(old["packages"]) + list(old.get("optional") or [])
-    return _replaced(templates, installed, target, version, any_branch=old["name"] != new["name"])
+    return _replaced(_own_templates(old), installed, target, version, any_branch=old["name"] != new["name"])
 
 
 def leaving_companions(
@@ -203,10 +202,15 @@ def leaving_companions(
     return _replaced(templates, installed, target, version, any_branch=False)
 
 
+def _own_templates(flavour: Mapping[str, Any]) -> list[str]:
+    """A flavour's package templates, its optional ones included."""
+    return list(flavour["packages"]) + list(flavour.get("optional") or [])
+
+
 def rule_templates(profile: Mapping[str, Any]) -> list[str]:
     """Templates whose packages have rules of their own on a branch change: every flavour's packages
     (per-kernel module packages among them) and the profile's companion packages."""
-    own = [t for fl in flavours(profile) for t in fl["packages"] + fl["optional"]]
+    own = [t for fl in flavours(profile) for t in _own_templates(fl)]
     comp = [str(t) for g in profile.get("companion_packages") or [] for t in g.get("packages") or []]
     return own + comp
 
