@@ -10,8 +10,9 @@ export NPUOPS_LAB_DIR ?= /tmp/npuops-lab
 bootstrap:
 	@scripts/bootstrap.sh
 
+# one rotation of three of the lab tests and one cached real-package test (tests/integration/rotation.py)
 test: bootstrap
-	@NPUOPS_IT_ROTATION=$${NPUOPS_IT_ROTATION:-3} scripts/test.sh
+	@NPUOPS_IT_ROTATION=$${NPUOPS_IT_ROTATION:-3} NPUOPS_REALPKG=$${NPUOPS_REALPKG:-auto} scripts/test.sh
 
 unit: bootstrap
 	@scripts/test.sh unit

@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"
 export ANSIBLE_COLLECTIONS_PATH="$PWD/build/collections"
 export NPUOPS_LAB_DIR="${NPUOPS_LAB_DIR:-/tmp/npuops-lab}"
+export NPUOPS_TEST_T0="${NPUOPS_TEST_T0:-$(date +%s)}"  # the real-package test's budget counts from here
 stages=("$@")
 [ "${#stages[@]}" -gt 0 ] || stages=(lint sanity unit integration)
 
@@ -53,8 +54,9 @@ ensure_lab() {
 }
 
 stage_integration() {
-  # NPUOPS_IT_ROTATION=N: a rotating 1/N of the lab tests (tests/integration/conftest.py; `make test`
-  # sets 3 to stay inside CI's budget, `make integration` runs all)
+  # NPUOPS_IT_ROTATION=N: one slot of N of the lab tests, the one run least recently on this machine
+  # (tests/integration/rotation.py; `make test` sets 3 to stay inside CI's budget, `make integration`
+  # runs all); pytest prints the rotation and its tests, tests/integration/last-rotations.md the record
   ensure_lab
   echo "== pytest integration (lab, rotation ${NPUOPS_IT_ROTATION:-1})"
   NPUOPS_REQUIRE_LAB=1 pytest -q -p no:cacheprovider tests/integration
@@ -74,10 +76,11 @@ stage_realpkg() {
 
 stage_faults() {
   # Fault injection on the lab (tests/faults/run.py): FAULTS_CASES cases (default 2; `all` = the full
-  # sweep, `make faults`) of a rotation chosen by FAULTS_SEED (default: days since the epoch, printed),
-  # so consecutive CI runs exercise every case. Table: tests/faults/last-result.md.
+  # sweep, `make faults`), the ones run least recently on this machine (the record of rotation.py;
+  # FAULTS_SEED=N takes slice N instead), so consecutive CI runs exercise every case.
+  # Table: tests/faults/last-result.md.
   ensure_lab
-  echo "== faults (${FAULTS_CASES:-2} case(s), seed ${FAULTS_SEED:-of the day})"
+  echo "== faults (${FAULTS_CASES:-2} case(s)${FAULTS_SEED:+, seed $FAULTS_SEED})"
   python tests/faults/run.py --cases "${FAULTS_CASES:-2}"
 }
 

@@ -10,7 +10,8 @@ tests/faults/last-result.md; the exit status is 1 when any invariant failed.
 
   tests/faults/run.py --list                      # the cases
   tests/faults/run.py --all                       # the full sweep (make faults)
-  tests/faults/run.py --cases 2 --seed 20500      # a rotating subset (scripts/test.sh faults)
+  tests/faults/run.py --cases 2                   # the 2 cases run least recently (scripts/test.sh faults)
+  tests/faults/run.py --cases 2 --seed 5          # slice 5 of the case list instead
   tests/faults/run.py --case kill-drain-required  # one case (repeatable)
   tests/faults/run.py --cases 2 --dry-run         # print the selection only (no lab needed)
 
@@ -43,6 +44,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 sys.path.insert(0, str(REPO / "tests" / "lab"))
 
+import rotation  # noqa: E402  the record of when each case last ran
 import test_maintenance_window as mw  # noqa: E402  restore_host, reset_node, node_driver, hx, ...
 
 LAB = REPO / "tests" / "lab"
@@ -107,15 +109,7 @@ def log(msg: str) -> None:
 
 
 # ------------------------------------------------------------------ selection
-def default_seed() -> int:
-    """Days since the epoch (UTC): consecutive days take consecutive slices of the case list, so
-    every case runs within ceil(len(CASES) / FAULTS_CASES) days of CI."""
-    return int(time.time() // 86400)
-
-
-def parse_seed(raw: Optional[str]) -> int:
-    if raw is None or raw == "":
-        return default_seed()
+def parse_seed(raw: str) -> int:
     if raw == "head":
         raw = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
                              check=False).stdout.strip() or "0"
@@ -309,6 +303,25 @@ class NodeWatch(threading.Thread):
         for fn, s in fire:
             threading.Thread(target=fn, args=(s,), daemon=True).start()
 
+    def _across_gap(self, items) -> None:
+        """Judge the pods that went away while the watch was down (the API server stopped, a watch
+        that expired): one last seen Ready and not terminating was removed safely only if at least
+        minAvailable OTHER guard pods were Ready then and are still there, the same pods, Ready now;
+        anything less cannot be shown safe and counts as a violation."""
+        now = {p.metadata.uid: p for p in items}
+        for uid in [u for u in self.pods if u not in now]:
+            was = self.pods.pop(uid)
+            self.gaps += 1
+            what = "uid %s (on %s, removed while the watch was down)" % (uid[:8], was["node"])
+            self.removed.append(what)
+            if not was["ready"] or was["terminating"]:
+                continue  # already judged when it started terminating, or not counted by the PDB
+            kept = sum(1 for u, v in self.pods.items() if v["ready"] and not v["terminating"] and u in now
+                       and self._ready(now[u]) and not now[u].metadata.deletion_timestamp)
+            if kept < self.min_available:
+                self.violations.append("%s: only %d other guard pod(s) Ready before and after the gap < "
+                                       "minAvailable %d" % (what, kept, self.min_available))
+
     def run(self) -> None:
         from kubernetes import watch
 
@@ -387,18 +400,32 @@ class GuardWatch(threading.Thread):
         else:
             self.pods[uid] = {"ready": self._ready(p), "terminating": terminating, "node": p.spec.node_name}
 
+    def _across_gap(self, items) -> None:
+        """Judge the pods that went away while the watch was down (the API server stopped, a watch
+        that expired): one last seen Ready and not terminating was removed safely only if at least
+        minAvailable OTHER guard pods were Ready then and are still there, the same pods, Ready now;
+        anything less cannot be shown safe and counts as a violation."""
+        now = {p.metadata.uid: p for p in items}
+        for uid in [u for u in self.pods if u not in now]:
+            was = self.pods.pop(uid)
+            self.gaps += 1
+            what = "uid %s (on %s, removed while the watch was down)" % (uid[:8], was["node"])
+            self.removed.append(what)
+            if not was["ready"] or was["terminating"]:
+                continue  # already judged when it started terminating, or not counted by the PDB
+            kept = sum(1 for u, v in self.pods.items() if v["ready"] and not v["terminating"] and u in now
+                       and self._ready(now[u]) and not now[u].metadata.deletion_timestamp)
+            if kept < self.min_available:
+                self.violations.append("%s: only %d other guard pod(s) Ready before and after the gap < "
+                                       "minAvailable %d" % (what, kept, self.min_available))
+
     def run(self) -> None:
         from kubernetes import watch
 
         while not self.stop.is_set():
             try:
                 lst = self.core.list_namespaced_pod(NS, label_selector="app=" + GUARD, _request_timeout=10)
-                now = {p.metadata.uid for p in lst.items}
-                for uid in list(self.pods):
-                    if uid not in now:  # gone while the watch was down: cannot be judged
-                        self.gaps += 1
-                        self.removed.append("uid %s (unobserved)" % uid[:8])
-                        self.pods.pop(uid)
+                self._across_gap(lst.items)
                 for p in lst.items:
                     self._see("MODIFIED", p)
                 w = watch.Watch()
@@ -458,6 +485,20 @@ def host_snapshot() -> dict:
     services = dict(line.split("=", 1) for line in svc.stdout.split() if "=" in line)
     holds = sorted(hx("apt-mark showhold").stdout.split())
     return {"services": services, "holds": holds}
+
+
+def hold_baseline() -> None:
+    """Hold what a hardened host holds (the harden playbook's package_holds): every installed nvidia /
+    libnvidia package and the booted kernel's image and modules, after releasing any other hold, so
+    that the holds invariant compares against a host that has holds to lose."""
+    r = hx("apt-mark showhold | xargs -r apt-mark unhold >/dev/null; "
+           "k=$(cat /run/npuops-lab/kernel-release); "
+           "pkgs=$(dpkg-query -W -f '${db:Status-Abbrev} ${Package}\\n' | awk '$1 == \"ii\" && $2 ~ /^(lib)?nvidia-/ "
+           "{print $2}'; for p in linux-image-$k linux-modules-$k; do dpkg-query -W $p >/dev/null 2>&1 && echo $p; "
+           "done); apt-mark hold $pkgs >/dev/null && apt-mark showhold")
+    if r.returncode != 0 or not r.stdout.split():
+        raise RuntimeError("baseline: holding the driver and kernel packages failed (%d): %s"
+                           % (r.returncode, (r.stdout + r.stderr)[-300:]))
 
 
 def norm_holds(holds: list[str]) -> list[str]:
@@ -571,7 +612,10 @@ def baseline(ctx: "Case") -> None:
     else:
         log("%s: baseline: host and node already at the baseline" % ctx.name)
     ensure_guard(k)
+    hold_baseline()
     ctx.before = host_snapshot()
+    if not ctx.before["holds"]:
+        raise RuntimeError("baseline: no package held on %s after hold_baseline()" % TARGET)
     ctx.guard = GuardWatch(k, 1)
     ctx.guard.start()
     ctx.watch = NodeWatch(k)
@@ -894,10 +938,11 @@ def wait_ssh(timeout: float = 120) -> None:
         time.sleep(1)
 
 
-def invariants(ctx: Case) -> dict[str, tuple[bool, str]]:
+def invariants(ctx: Case) -> dict[str, tuple[Optional[bool], str]]:
+    """invariant -> (True ok / False FAIL / None not applicable: nothing to judge in this case, detail)."""
     k = ctx.k
     core = k[1]
-    res: dict[str, tuple[bool, str]] = {}
+    res: dict[str, tuple[Optional[bool], str]] = {}
     n = retry(lambda: core.read_node(TARGET), "node")
     lb, an = n.metadata.labels or {}, n.metadata.annotations or {}
     st = lb.get(STATE)
@@ -922,21 +967,34 @@ def invariants(ctx: Case) -> dict[str, tuple[bool, str]]:
     g = ctx.guard
     if g:
         g.stop.set()
-        res["pdb"] = (not g.violations, "; ".join(g.violations) or "removed: %s%s" % (
-            ", ".join(g.removed) or "none", " (%d watch gaps)" % g.gaps if g.gaps else ""))
-    after = host_snapshot() if container_running() else {"services": None, "holds": None}
-    res["services"] = (after["services"] == ctx.before.get("services"),
-                       "%s" % after["services"] if after["services"] == ctx.before.get("services")
-                       else "before %s after %s" % (ctx.before.get("services"), after["services"]))
-    hb, ha = ctx.before.get("holds") or [], after["holds"] or []
-    # a done node keeps every hold it had (driver packages by family) plus the ones the window sets
-    # (driver_upgrade_hold_packages); any other end keeps exactly the holds it had
-    same = set(norm_holds(hb)) <= set(norm_holds(ha)) if done else hb == ha
-    added = sorted(set(norm_holds(ha)) - set(norm_holds(hb)))
-    res["holds"] = (same, ("kept %d, added by the window: %s" % (len(hb), ", ".join(added) or "none")) if same
-                    else "before %s after %s" % (hb, ha))
+        g.join(timeout=40)
+        if g.violations:
+            res["pdb"] = (False, "; ".join(g.violations))
+        elif g.removed:
+            res["pdb"] = (True, "removed: %s%s" % (", ".join(g.removed), " (%d judged across a watch gap)" % g.gaps
+                                                   if g.gaps else ""))
+        else:  # nothing was removed: nothing to judge
+            res["pdb"] = (None, "no guard pod removed")
+    if not container_running():  # the host is down: nothing on it can be compared
+        res["services"] = res["holds"] = (None, "host down")
+        after = None
+    else:
+        after = host_snapshot()
+    if after is not None:
+        res["services"] = (after["services"] == ctx.before.get("services"),
+                           "%s" % after["services"] if after["services"] == ctx.before.get("services")
+                           else "before %s after %s" % (ctx.before.get("services"), after["services"]))
+        hb, ha = ctx.before.get("holds") or [], after["holds"] or []
+        # a done node keeps every hold it had (driver packages by family) plus the ones the window sets
+        # (driver_upgrade_hold_packages); any other end keeps exactly the holds it had
+        same = set(norm_holds(hb)) <= set(norm_holds(ha)) if done else hb == ha
+        added = sorted(set(norm_holds(ha)) - set(norm_holds(hb)))
+        res["holds"] = ((bool(hb) and same, ("kept %d, added by the window: %s" % (len(hb), ", ".join(added) or "none"))
+                         if same and hb else "before %s after %s" % (hb, ha)))
     paused = [key for key, v in lb.items() if key.startswith(mw.DEPLOY_PREFIXES) and v.endswith(mw.PAUSED)]
-    res["operands"] = (not (done and paused), "paused: %s" % (", ".join(paused) or "none"))
+    # a done node has every operand back; a failed one may keep them paused (it stays cordoned)
+    res["operands"] = ((not paused, "paused: %s" % (", ".join(paused) or "none")) if done
+                       else (None, "node %s, paused: %s" % (st, ", ".join(paused) or "none")))
     missing, extra = [], []
     for r in ctx.runs:
         has = (r.dir / "latest.json").exists()
@@ -956,9 +1014,10 @@ def invariants(ctx: Case) -> dict[str, tuple[bool, str]]:
         rec = hx("test -e %s && cat %s" % (RECORD, RECORD))
         res["record"] = (rec.returncode != 0, "left: " + rec.stdout[:150] if rec.returncode == 0 else "none")
     else:
-        res["record"] = (True, "n/a (node %s)" % st)
+        res["record"] = (None, "node %s%s" % (st, "" if container_running() else ", host down"))
     bad_e = [d for ok, d in ctx.expect if not ok]
-    res["expect"] = (not bad_e, "; ".join(bad_e) or "%d check(s)" % len(ctx.expect))
+    res["expect"] = ((not bad_e, "; ".join(bad_e) or "%d check(s)" % len(ctx.expect)) if ctx.expect
+                     else (None, "the case checks nothing of its own"))
     return res
 
 
@@ -977,20 +1036,23 @@ def cleanup(ctx: Case) -> None:
 
 
 # ------------------------------------------------------------------ report
-def cell(ok_detail: Optional[tuple[bool, str]], width: int = 70) -> str:
+def cell(ok_detail: Optional[tuple[Optional[bool], str]], width: int = 70) -> str:
+    """ok, n/a (the invariant had nothing to judge in this case) or FAIL: detail."""
     if ok_detail is None:
         return "-"
     ok, detail = ok_detail
+    if ok is None:
+        return "n/a"
     if ok:
         return "ok"
     d = detail.replace("|", "/").replace("\n", " ")
     return "FAIL: " + (d[:width] + "..." if len(d) > width else d)
 
 
-def report(cases: list[Case], seed: int, selected: list[str], path: Path, artifacts: Path) -> str:
+def report(cases: list[Case], how: str, selected: list[str], path: Path, artifacts: Path) -> str:
     head = "| case | " + " | ".join(INVARIANTS) + " | duration |"
-    lines = ["Fault-injection sweep on %s (seed %d; `%s`), %s" % (
-        TARGET, seed, " ".join(selected), time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())), "",
+    lines = ["Fault-injection sweep on %s (%s; `%s`), %s" % (
+        TARGET, how, " ".join(selected), time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())), "",
         head, "|" + "---|" * (len(INVARIANTS) + 2)]
     for c in cases:
         lines.append("| %s | %s | %ds |" % (c.name, " | ".join(cell(c.result.get(i)) for i in INVARIANTS),
@@ -1004,7 +1066,7 @@ def report(cases: list[Case], seed: int, selected: list[str], path: Path, artifa
         for i in INVARIANTS:
             if i in c.result:
                 ok, d = c.result[i]
-                lines.append("  - %s: %s — %s" % (i, "ok" if ok else "FAIL", d))
+                lines.append("  - %s: %s — %s" % (i, "n/a" if ok is None else "ok" if ok else "FAIL", d))
         for nt in c.notes:
             lines.append("  - note: %s" % nt)
     text = "\n".join(lines) + "\n"
@@ -1019,7 +1081,8 @@ def main() -> int:
     ap.add_argument("--cases", default=os.environ.get("FAULTS_CASES", "2"),
                     help="how many cases of the rotation (FAULTS_CASES, default 2; 'all' = every case)")
     ap.add_argument("--seed", default=os.environ.get("FAULTS_SEED"),
-                    help="rotation seed (FAULTS_SEED; default: days since the epoch; 'head' = git HEAD)")
+                    help="take slice SEED of the case list (FAULTS_SEED; 'head' = git HEAD); default: the "
+                         "cases run least recently on this machine (tests/integration/rotation.py's record)")
     ap.add_argument("--case", action="append", default=[], help="run this case (repeatable)")
     ap.add_argument("--dry-run", action="store_true", help="print the selection and exit")
     ap.add_argument("--result", default=os.environ.get("FAULTS_RESULT", str(Path(__file__).parent / "last-result.md")))
@@ -1029,7 +1092,9 @@ def main() -> int:
         for n in names:
             print(n, json.dumps(CASES[n]))
         return 0
-    seed = parse_seed(a.seed)
+    record = rotation.load()
+    counter = rotation.commit_count()
+    seed = parse_seed(a.seed) if a.seed not in (None, "") else None
     if a.case:
         unknown = [c for c in a.case if c not in CASES]
         if unknown:
@@ -1037,10 +1102,13 @@ def main() -> int:
         selected = a.case
     elif a.all or str(a.cases) == "all":
         selected = names
-    else:
+    elif seed is not None:
         selected = select(names, int(a.cases), seed)
-    log("seed %d (FAULTS_SEED=%d repeats this selection); %d of %d case(s): %s"
-        % (seed, seed, len(selected), len(names), " ".join(selected)))
+    else:
+        selected = rotation.stalest(names, int(a.cases), record.get("faults") or {}, counter)
+    how = ("seed %d (FAULTS_SEED=%d repeats this selection)" % (seed, seed) if seed is not None
+           else "the cases run least recently on this machine (record %s)" % rotation.record_path())
+    log("%s; %d of %d case(s): %s" % (how, len(selected), len(names), " ".join(selected)))
     if a.dry_run:
         return 0
     out = Path(os.environ.get("FAULTS_OUT") or "/tmp/npuops-faults/%s" % time.strftime("%Y%m%dT%H%M%S"))
@@ -1069,10 +1137,14 @@ def main() -> int:
             (ctx.dir / "invariants-error.txt").write_text(traceback.format_exc())
         cleanup(ctx)
         ctx.duration = time.monotonic() - t0
-        bad = [i for i, (ok, _d) in ctx.result.items() if not ok]
+        bad = [i for i, (ok, _d) in ctx.result.items() if ok is False]
         log("=== %s: %s in %.0fs" % (name, "FAIL (%s)" % ", ".join(bad) if bad else "ok", ctx.duration))
         done.append(ctx)
-        report(done, seed, selected, Path(a.result), out)
+        report(done, how, selected, Path(a.result), out)
+        data = rotation.load()
+        rotation.note_result(data, "faults", name, "failed" if any(ok is False for ok, _d in ctx.result.values())
+                             else "passed", time.time(), rotation.head(), "case")
+        rotation.save(data)
         (out / "result.json").write_text(json.dumps(
             [{"case": c.name, "duration_s": round(c.duration), "runs": [
                 {"label": r.label, "rc": r.rc, "killed": r.killed_at, "dir": str(r.dir)} for r in c.runs],
@@ -1083,8 +1155,14 @@ def main() -> int:
         remove_guard(k)  # the lab is left as the cases found it for whatever runs next
     except Exception as e:  # noqa: BLE001
         log("could not remove the %s Deployment/PDB: %s" % (GUARD, e))
-    print(report(done, seed, selected, Path(a.result), out))
-    failed = [c.name for c in done if any(not ok for ok, _d in c.result.values())]
+    print(report(done, how, selected, Path(a.result), out))
+    failed = [c.name for c in done if any(ok is False for ok, _d in c.result.values())]
+    data = rotation.load()
+    rotation.note_run(data, {"when": rotation.now_iso(time.time()), "kind": "faults", "rotation": "%d of %d" % (
+        len(selected), len(names)), "commit": rotation.head(), "ran": len(done), "passed": len(done) - len(failed),
+        "failed": len(failed)})
+    rotation.save(data)
+    (REPO / "tests" / "integration" / "last-rotations.md").write_text(rotation.render(data, 3))
     names_failed = ": " + " ".join(failed) if failed else ""
     log("%d case(s), %d failed%s; table: %s" % (len(done), len(failed), names_failed, a.result))
     return 1 if failed else 0

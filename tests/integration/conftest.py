@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import rotation
 import yaml
 from labhelpers import WINDOW_LEASE, shipped_rbac
 
@@ -233,17 +234,120 @@ def sa_kubeconfig(api_client, core_v1, rbac_v1, tmp_path):
                 raise
 
 
+REALPKG_FILE = "test_realpkg.py"
+
+
+def _realpkg_cached(dset: str) -> bool:
+    """Its host image is in podman's store (tests/lab/realpkg/image.py --cached: nothing is built)."""
+    r = subprocess.run([sys.executable, str(LAB / "realpkg" / "image.py"), "--set", dset, "--cached"],
+                       capture_output=True, text=True, check=False, timeout=120)
+    return r.returncode == 0
+
+
+def _realpkg_pick(items, record, counter):
+    """NPUOPS_REALPKG=auto (`make test`): one real-package test of those whose image is cached, the one
+    run least recently, when the run has budget left: started less than NPUOPS_REALPKG_START_BY
+    seconds (default 2700) after `make test` began (NPUOPS_TEST_T0, set by scripts/test.sh), since each
+    takes 5-9 minutes with its real DKMS build. -> (kept items, one line saying why)."""
+    if not items:
+        return [], "no real-package tests collected"
+    t0 = float(os.environ.get("NPUOPS_TEST_T0") or time.time())
+    start_by = float(os.environ.get("NPUOPS_REALPKG_START_BY") or 2700)
+    if time.time() - t0 > start_by:
+        return [], "real packages: none, %.0f s into make test (start by %.0f s)" % (time.time() - t0, start_by)
+    sets = {it.nodeid: (it.get_closest_marker("realpkg_set").args[0] if it.get_closest_marker("realpkg_set")
+                        else "before") for it in items}
+    cached = {s: _realpkg_cached(s) for s in sorted(set(sets.values()))}
+    eligible = [it for it in items if cached[sets[it.nodeid]]]
+    if not eligible:
+        return [], "real packages: none, no image cached (sets %s; `make realpkg-lab` builds one)" % ", ".join(cached)
+    (pick,) = rotation.stalest([it.nodeid for it in eligible], 1, record.get("lab") or {}, counter)
+    return [it for it in eligible if it.nodeid == pick], "real packages: %s (set %s cached)" % (pick, sets[pick])
+
+
 def pytest_collection_modifyitems(config, items):
-    """`make test` runs a rotating third of the lab tests (NPUOPS_IT_ROTATION=3, set by the Makefile):
-    item i runs when i % N == seed % N, seed NPUOPS_IT_SEED (default: days since the epoch), so three
-    consecutive CI runs cover every test and each module's cost is split evenly. Unset or 1: all
-    (`make integration`). Tests are independent (each puts its hosts and Nodes back)."""
+    """`make test` runs one rotation of the lab tests (NPUOPS_IT_ROTATION=3, set by the Makefile; see
+    rotation.py): a test's slot is sha256(node id) % N, the run takes the slot that has gone longest
+    without a run on this machine (its record), NPUOPS_IT_SEED=r takes slot r. Unset or 1: all
+    (`make integration`). The real-package tests (test_realpkg.py) are outside the slots: all with
+    NPUOPS_REALPKG=1 (`make test-realpkg`), one whose image is cached with NPUOPS_REALPKG=auto (`make
+    test`), none otherwise. Tests are independent (each puts its hosts and Nodes back)."""
     n = int(os.environ.get("NPUOPS_IT_ROTATION") or 1)
+    mode = os.environ.get("NPUOPS_REALPKG") or ""
+    real = [it for it in items if it.nodeid.split("::")[0].endswith(REALPKG_FILE)]
+    rest = [it for it in items if it not in real]
+    record = rotation.load()
+    counter = rotation.commit_count()
+    lines = []
     if n <= 1:
-        return
-    seed = int(os.environ.get("NPUOPS_IT_SEED") or int(time.time() // 86400))
-    keep = [it for i, it in enumerate(items) if i % n == seed % n]
-    drop = [it for i, it in enumerate(items) if i % n != seed % n]
+        keep, label = list(rest), "all"
+        lines.append("lab tests: all %d (NPUOPS_IT_ROTATION unset or 1)" % len(rest))
+    else:
+        seed = os.environ.get("NPUOPS_IT_SEED")
+        if seed not in (None, ""):
+            r, why = int(seed) % n, "NPUOPS_IT_SEED=%s" % seed
+        else:
+            r = rotation.choose([it.nodeid for it in rest], n, record.get("lab") or {}, counter)
+            why = "the slot run least recently on this machine (record %s; %d commits on HEAD)" % (
+                rotation.record_path(), counter)
+        keep = [it for it in rest if rotation.slot(it.nodeid, n) == r]
+        label = "%d/%d" % (r, n)
+        lines.append("lab tests: rotation %s, %d of %d (%s); NPUOPS_IT_SEED=%d repeats it"
+                     % (label, len(keep), len(rest), why, r))
+    if mode == "1":
+        kept_real, why_real = real, "real packages: all %d (NPUOPS_REALPKG=1)" % len(real)
+    elif mode == "auto":
+        kept_real, why_real = _realpkg_pick(real, record, counter)
+    else:
+        kept_real, why_real = [], "real packages: none (NPUOPS_REALPKG unset; make test-realpkg runs them)"
+    lines.append(why_real)
+    keep += kept_real
+    lines += ["  " + it.nodeid for it in keep]
+    config._npuops_rotation = {"label": label, "n": n, "lines": lines, "commit": rotation.head()}
+    drop = [it for it in items if it not in keep]
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    sel = REPO / "build" / "test-rotation.txt"
+    sel.parent.mkdir(parents=True, exist_ok=True)
+    sel.write_text("\n".join(lines) + "\n")
+
+
+def pytest_report_collectionfinish(config, start_path, items):
+    info = getattr(config, "_npuops_rotation", None)
+    return info["lines"] if info else []
+
+
+_OUTCOMES: dict[str, str] = {}  # node id -> passed / failed / skipped, for the record
+
+
+def pytest_runtest_logreport(report):
+    """Outcome per lab test for the record: a failure in any phase, else passed after the call;
+    skipped tests did not run."""
+    outcomes = _OUTCOMES
+    if report.failed:
+        outcomes[report.nodeid] = "failed"
+    elif report.when == "call" and report.passed:
+        outcomes.setdefault(report.nodeid, "passed")
+    elif report.skipped:
+        outcomes.setdefault(report.nodeid, "skipped")
+
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Add this run's outcomes to the record and write tests/integration/last-rotations.md."""
+    info = getattr(session.config, "_npuops_rotation", None)
+    ran = {k: v for k, v in _OUTCOMES.items() if v != "skipped"}
+    if info is None or not ran or os.environ.get("NPUOPS_REQUIRE_LAB") != "1":
+        return
+    now = time.time()
+    data = rotation.load()
+    for nodeid, outcome in ran.items():
+        rotation.note_result(data, "lab", nodeid, outcome, now, info["commit"], info["label"])
+    rotation.note_run(data, {"when": rotation.now_iso(now), "kind": "lab", "rotation": info["label"],
+                             "commit": info["commit"], "ran": len(ran),
+                             "passed": sum(v == "passed" for v in ran.values()),
+                             "failed": sum(v == "failed" for v in ran.values())})
+    rotation.save(data)
+    n = info["n"] if info["n"] > 1 else int(os.environ.get("NPUOPS_IT_ROTATION_SLOTS") or 3)
+    (REPO / "tests" / "integration" / "last-rotations.md").write_text(rotation.render(data, n))

@@ -235,13 +235,29 @@ def build(dset: str = "before") -> Dict[str, object]:
     return info
 
 
+def cached(dset: str = "before") -> bool:
+    """True when dset's host image (the simulation layer over the DKMS build) is in podman's store and
+    its mirror on disk: a run can use it without building anything."""
+    pins = mirror.Pins()
+    if not os.path.isdir(mirror.mirror_dir()):
+        return False
+    ref = "%s:%s" % (IMAGE, sim_key(image_key(pins, dset), pins))
+    return podman("image", "exists", ref, check=False).returncode == 0
+
+
 def main(argv: List[str]) -> int:
     """CLI: build or reuse the image and report it."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ref", action="store_true",
                     help="print only the image reference (it is built first when missing)")
     ap.add_argument("--set", default="before", help="the pins.txt set installed and DKMS-built (default before)")
+    ap.add_argument("--cached", action="store_true",
+                    help="build nothing: exit 0 when the set's image is cached, 1 when not")
     a = ap.parse_args(argv)
+    if a.cached:
+        ok = cached(a.set)
+        print("%s: %s" % (a.set, "cached" if ok else "not cached"))
+        return 0 if ok else 1
     info = build(a.set)
     if a.ref:
         print(info["ref"])
