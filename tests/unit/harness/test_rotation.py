@@ -15,12 +15,12 @@ import rotation  # noqa: E402
 IDS = ["tests/integration/test_a.py::test_%d" % i for i in range(60)]
 
 
-def test_slot_is_sha256_of_the_id_modulo_n():
+def test_slot_is_sha256_of_the_salted_id_modulo_n():
     ident = "tests/integration/test_safety.py::test_x"
-    assert rotation.slot(ident, 3) == int(hashlib.sha256(ident.encode()).hexdigest()[:12], 16) % 3
+    assert rotation.slot(ident, 3) == int(hashlib.sha256(b"152:" + ident.encode()).hexdigest()[:12], 16) % 3
     # literal values pinned once, so a changed hash (which would reshuffle every test) fails here
-    assert rotation.slot("tests/integration/test_lease.py::test_acquire", 3) == 1
-    assert rotation.slot("tests/integration/test_lease.py::test_acquire", 7) == 1
+    assert rotation.slot("tests/integration/test_lease.py::test_acquire", 3) == 2
+    assert rotation.slot("tests/integration/test_lease.py::test_acquire", 7) == 5
 
 
 def test_adding_or_removing_tests_moves_no_other_test():
