@@ -61,7 +61,7 @@ clean:
 
 # real Debian NVIDIA packages built by real DKMS (tests/lab/realpkg/README.md): mirror, image, smoke check
 .PHONY: realpkg-lab test-realpkg
-# the real-package window test (tests/integration/test_realpkg.py) on the lab; not in `make test`
+# the three real-package window tests (tests/integration/test_realpkg.py) on the lab; `make test` runs one whose image is cached
 test-realpkg: bootstrap
 	@scripts/test.sh realpkg
 

@@ -68,7 +68,7 @@ stage_realpkg() {
   # Debian's real NVIDIA packages and the real dkms through the maintenance window
   # (tests/integration/test_realpkg.py: in-branch, Tesla branch change, a failed build): a real DKMS
   # build per test (~17 min for the three), 3-11 more minutes cold for each of the two images
-  # (tests/lab/realpkg, cached by input hash), so not part of `make test`.
+  # (tests/lab/realpkg, cached by input hash); `make test` runs one of them whose image is cached.
   ensure_lab
   echo "== pytest real packages (lab)"
   NPUOPS_REQUIRE_LAB=1 NPUOPS_REALPKG=1 pytest -q -p no:cacheprovider tests/integration/test_realpkg.py
