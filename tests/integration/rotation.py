@@ -132,16 +132,16 @@ def render(data: Mapping[str, Any], n: int) -> str:
         lines.append("| %s | %s | %s | %s | %s | %s | %s |" % (
             r.get("when", "?"), r.get("kind", "?"), r.get("rotation", "?"), r.get("commit", "?"),
             r.get("ran", "?"), r.get("passed", "?"), r.get("failed", "?")))
-    for kind, title in (("lab", "Lab tests"), ("faults", "Fault cases")):
+    for kind, title in (("lab", "Lab tests"), ("faults", "Fault cases (the least recently run first; no slots)")):
         rows = data.get(kind) or {}
         lines += ["", "## %s (%d)" % (title, len(rows)), "",
                   "| id | slot | last ran | outcome | rotation | commit | last passed |",
                   "|---|---|---|---|---|---|---|"]
         for ident in sorted(rows):
             e = rows[ident]
-            lines.append("| `%s` | %d | %s | %s | %s | %s | %s |" % (
-                ident, slot(ident, n), e.get("ran", "-"), e.get("outcome", "-"), e.get("rotation", "-"),
-                e.get("commit", "-"), e.get("passed", "never")))
+            lines.append("| `%s` | %s | %s | %s | %s | %s | %s |" % (
+                ident, slot(ident, n) if kind == "lab" else "-", e.get("ran", "-"), e.get("outcome", "-"),
+                e.get("rotation", "-"), e.get("commit", "-"), e.get("passed", "never")))
     return "\n".join(lines) + "\n"
 
 
