@@ -21,6 +21,11 @@ A step that ends raises :class:`DrainError` with ``kind`` = :data:`KIND_REFUSED`
 errors outlasted it). :func:`probe_evictions` asks the same API with a server-side dry run, and
 :func:`multi_pdb_pods` finds pods covered by two PDBs from a PDB list alone, so check mode and
 status can name structural blockers without any write.
+
+Which PDB stops which pod is judged as the eviction subresource judges it (:func:`eviction_verdict`):
+Pending, finished and terminating pods go without any PDB check (neither a PDB at 0 nor an overlap of
+PDBs stops them), and an unready pod covered by one PDB may go although it allows 0 disruptions
+(``unhealthyPodEvictionPolicy``).
 """
 
 from __future__ import annotations
@@ -114,13 +119,21 @@ def describe_pdb(pdb: Mapping[str, Any]) -> str:
         if "minAvailable" in spec
         else "maxUnavailable=%s" % spec.get("maxUnavailable")
     )
-    return "%s/%s (%s, currentHealthy=%s, desiredHealthy=%s, disruptionsAllowed=%s)" % (
+    if spec.get("unhealthyPodEvictionPolicy"):
+        limit += ", unhealthyPodEvictionPolicy=%s" % spec["unhealthyPodEvictionPolicy"]
+    stale = ""
+    generation = (pdb.get("metadata") or {}).get("generation")
+    if int(status.get("observedGeneration") or 0) < int(generation or 0):
+        # The apiserver refuses every eviction it judges by this PDB until the controller catches up.
+        stale = ", status not yet observed for generation %s" % generation
+    return "%s/%s (%s, currentHealthy=%s, desiredHealthy=%s, disruptionsAllowed=%s%s)" % (
         pdb["metadata"]["namespace"],
         pdb["metadata"]["name"],
         limit,
         status.get("currentHealthy"),
         status.get("desiredHealthy"),
         status.get("disruptionsAllowed", 0),
+        stale,
     )
 
 
@@ -132,30 +145,110 @@ def _pdb_covers(pdb: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
     )
 
 
+# --- How the eviction subresource judges PDBs (kube-apiserver pkg/registry/core/pod/storage/eviction.go) ---
+# eviction_verdict() results.
+VERDICT_EVICT = "evict"  # accepted: no PDB looked at, none covers the pod, or the one PDB lets it go
+VERDICT_PDB = "pdb"  # 429: the one covering PDB allows no disruption now (retried until the timeout)
+VERDICT_MULTIPLE = "multiple"  # 500: more than one PDB covers the pod (deterministic, never retried)
+
+_PDB_FREE_PHASES = ("Pending", "Succeeded", "Failed")
+ALWAYS_ALLOW = "AlwaysAllow"
+
+
+def _ref(obj: Mapping[str, Any]) -> str:
+    return "%s/%s" % (obj["metadata"]["namespace"], obj["metadata"]["name"])
+
+
+def pdbs_apply(pod: Mapping[str, Any]) -> bool:
+    """Whether the eviction subresource looks at PodDisruptionBudgets for ``pod`` at all.
+
+    False for a pod in phase Pending, Succeeded or Failed or with a ``deletionTimestamp``: the
+    apiserver deletes it at once, before it lists the PDBs, so neither a PDB at 0 nor the "more than
+    one PodDisruptionBudget" 500 can stop it (canIgnorePDB in eviction.go).
+    """
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    return status.get("phase") not in _PDB_FREE_PHASES and not meta.get("deletionTimestamp")
+
+
+def _pod_ready(pod: Mapping[str, Any]) -> bool:
+    # The apiserver's "healthy" is the PodReady condition alone, whatever the phase.
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def pdb_refuses(pod: Mapping[str, Any], pdb: Mapping[str, Any]) -> bool:
+    """Whether ``pdb``, as the only PDB covering ``pod``, makes the eviction of ``pod`` fail now (429).
+
+    In the apiserver's order: a pod the PDBs do not apply to (:func:`pdbs_apply`) goes. An unready
+    pod (PodReady not True) goes under ``spec.unhealthyPodEvictionPolicy: AlwaysAllow``, and under
+    IfHealthyBudget (also when unset) when ``status.currentHealthy >= status.desiredHealthy`` and
+    ``desiredHealthy > 0`` (the budget is met without it). Everything else is refused while
+    ``status.observedGeneration < metadata.generation`` (the controller has not judged the current
+    spec yet) or ``status.disruptionsAllowed <= 0`` (the apiserver answers a negative value with 403;
+    the controller never writes one). Coverage (namespace, selector) is the caller's.
+    """
+    if not pdbs_apply(pod):
+        return False
+    spec, status = pdb.get("spec") or {}, pdb.get("status") or {}
+    if not _pod_ready(pod):
+        if spec.get("unhealthyPodEvictionPolicy") == ALWAYS_ALLOW:
+            return False
+        desired = int(status.get("desiredHealthy") or 0)
+        if desired > 0 and int(status.get("currentHealthy") or 0) >= desired:
+            return False
+    if int(status.get("observedGeneration") or 0) < int((pdb.get("metadata") or {}).get("generation") or 0):
+        return True
+    return int(status.get("disruptionsAllowed") or 0) <= 0
+
+
+def eviction_verdict(pod: Mapping[str, Any], pdbs: Iterable[Mapping[str, Any]]) -> tuple[str, list[str]]:
+    """What the eviction subresource answers for ``pod`` given every PDB of the cluster (``pdbs``).
+
+    Returns (VERDICT_EVICT, []), (VERDICT_PDB, ["ns/pdb"]) or (VERDICT_MULTIPLE, sorted ["ns/pdb", ...]),
+    as kube-apiserver's eviction subresource (pkg/registry/core/pod/storage/eviction.go) decides it:
+    first :func:`pdbs_apply`, then the number of covering PDBs, then :func:`pdb_refuses`.
+    Authorization, admission and transport errors are not judged here (:func:`probe_evictions`).
+    """
+    if not pdbs_apply(pod):
+        return VERDICT_EVICT, []
+    covering = [pdb for pdb in pdbs if _pdb_covers(pdb, pod)]
+    if len(covering) > 1:
+        return VERDICT_MULTIPLE, sorted(_ref(p) for p in covering)
+    if covering and pdb_refuses(pod, covering[0]):
+        return VERDICT_PDB, [_ref(covering[0])]
+    return VERDICT_EVICT, []
+
+
 def _list_pdbs(policy_api: Any) -> list[dict[str, Any]]:
     return k8s_wait.list_raw(policy_api.list_pod_disruption_budget_for_all_namespaces).get("items") or []
 
 
 def blocking_pdbs(policy_api: Any, pods: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Every PDB that covers one of ``pods`` and now allows 0 disruptions (the C13 preflight).
+    """Every PDB that covers one of ``pods`` and refuses its eviction now (:func:`pdb_refuses`; the
+    C13 preflight). One PDB list call.
 
-    Returns [{"pdb": "ns/name", "detail": describe_pdb(), "pods": ["ns/pod", ...]}]. Pods covered by
-    several PDBs are a different (structural) problem: see :func:`multi_pdb_pods`.
+    Returns [{"pdb": "ns/name", "detail": describe_pdb(), "pods": ["ns/pod", ...]}]. A Pending,
+    finished or terminating pod, or an unready pod the PDB lets go, makes no PDB blocking. A pod covered
+    by several PDBs (a structural refusal, :func:`multi_pdb_pods`) is judged against each of them as if it
+    were the only one: what the apiserver answers once the overlap is gone.
     """
     pods = list(pods)
     if not pods:
         return []
     found = []
     for pdb in _list_pdbs(policy_api):
-        covered = [pod_ref(p) for p in pods if _pdb_covers(pdb, p)]
-        if covered and int((pdb.get("status") or {}).get("disruptionsAllowed") or 0) <= 0:
-            ns = pdb["metadata"]["namespace"]
-            found.append({"pdb": "%s/%s" % (ns, pdb["metadata"]["name"]), "detail": describe_pdb(pdb), "pods": covered})
+        refused = [pod_ref(p) for p in pods if _pdb_covers(pdb, p) and pdb_refuses(p, pdb)]
+        if refused:
+            found.append({"pdb": _ref(pdb), "detail": describe_pdb(pdb), "pods": refused})
     return found
 
 
 def pdbs_covering(policy_api: Any, pods: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
-    """For each of ``pods`` covered by at least one PDB: "ns/pod" -> sorted ["ns/pdb", ...] (one list call)."""
+    """For each of ``pods`` covered by at least one PDB: "ns/pod" -> sorted ["ns/pdb", ...] (one list call).
+
+    Coverage only (namespace and selector): whether the apiserver looks at these PDBs for the pod is
+    :func:`pdbs_apply`'s.
+    """
     pods = list(pods)
     if not pods:
         return {}
@@ -167,9 +260,7 @@ def covering_from_items(pdbs: Iterable[Mapping[str, Any]], pods: Iterable[Mappin
     pdbs = list(pdbs)
     out: dict[str, list[str]] = {}
     for pod in pods:
-        names = sorted(
-            "%s/%s" % (pdb["metadata"]["namespace"], pdb["metadata"]["name"]) for pdb in pdbs if _pdb_covers(pdb, pod)
-        )
+        names = sorted(_ref(pdb) for pdb in pdbs if _pdb_covers(pdb, pod))
         if names:
             out[pod_ref(pod)] = names
     return out
@@ -180,12 +271,23 @@ def multiple_pdb_reason(pdbs: list[str]) -> str:
 
 
 def multi_pdb_pods(policy_api: Any, pods: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    """Pods the Eviction API will refuse because more than one PDB covers them, found without any write.
+    """Pods the Eviction API will refuse because more than one PDB covers them, found without any write
+    (:func:`eviction_verdict` = VERDICT_MULTIPLE; a Pending, finished or terminating pod is deleted
+    before the apiserver counts PDBs, so it is never named).
 
     Returns {"ns/pod": "covered by 2 PodDisruptionBudgets (ns/a, ns/b): the eviction API refuses such
     pods"} -- the same shape as :func:`probe_evictions`, so the two can be merged.
     """
-    return {ref: multiple_pdb_reason(names) for ref, names in pdbs_covering(policy_api, pods).items() if len(names) > 1}
+    pods = [p for p in pods if pdbs_apply(p)]
+    if not pods:
+        return {}
+    items = _list_pdbs(policy_api)
+    out: dict[str, str] = {}
+    for pod in pods:
+        verdict, names = eviction_verdict(pod, items)
+        if verdict == VERDICT_MULTIPLE:
+            out[pod_ref(pod)] = multiple_pdb_reason(names)
+    return out
 
 
 def _split(ref: str) -> tuple[str, str]:

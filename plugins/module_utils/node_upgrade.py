@@ -356,6 +356,8 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
         by_ref = {eviction_rules.pod_ref(p): p for p in pods}
         self.result["would_evict"] = sorted(remove)
         victims = [by_ref[r] for r in sorted(remove)]
+        # Judged as the eviction subresource judges them: a Pending, finished or terminating victim, or
+        # an unready one its PDB lets go, names no PDB here nor in refused_evictions.
         pdbs = drain.blocking_pdbs(self.policy_api, victims)
         self.result["blocking_pdbs"] = [p["detail"] for p in pdbs]
         self.result["drain_blockers"] = plan.blockers if drain_policy.enable else deletion.blockers

@@ -83,7 +83,7 @@ class PodRemovalSteps:
             pdbs = drain.blocking_pdbs(self.policy_api, [by_ref[r] for r in exc.remaining if r in by_ref])
             self.result["blocking_pdbs"] = [p["detail"] for p in pdbs] or self.result["blocking_pdbs"]
             fail(
-                "evictions refused until %s=%s: PodDisruptionBudgets allowing 0 disruptions: %s; pods still on "
+                "evictions refused until %s=%s: PodDisruptionBudgets refusing them now: %s; pods still on "
                 "the node: %s; %s"
                 % (timeout_key, self._secs(timeout), ", ".join(p["pdb"] for p in pdbs) or "none found now",
                    ", ".join(exc.remaining), exc)
@@ -122,7 +122,7 @@ class PodRemovalSteps:
         if self.check:
             self.result["would_evict"].extend(sorted(plan.remove))
             self.result["refused_evictions"].update(self._structural_refusals(victims))
-            # These pods are evicted, so a PDB at 0 blocks this step too: the preflight must see it.
+            # These pods are evicted, so a PDB refusing them blocks this step too: the preflight must see it.
             pdbs = drain.blocking_pdbs(self.policy_api, victims)
             self.result["blocking_pdbs"].extend(p["detail"] for p in pdbs)
             self.result["waited_for"].extend(sorted(plan.wait))
@@ -179,12 +179,12 @@ class PodRemovalSteps:
             problems.append("the API server refuses to evict %s" % refusals)
         if problems:
             if pdbs:
-                problems.append("PDBs allowing 0 disruptions now: %s" % "; ".join(p["detail"] for p in pdbs))
+                problems.append("PDBs refusing evictions now: %s" % "; ".join(p["detail"] for p in pdbs))
             fail(("drain before the reboot blocked: %s" if self.reboot_planned else "drain blocked: %s")
                  % "; ".join(problems))
         if pdbs:
             self.warnings.append(
-                "PDBs allowing 0 disruptions now (evictions are retried until drain.timeoutSeconds=%s): %s"
+                "PDBs refusing evictions now (evictions are retried until drain.timeoutSeconds=%s): %s"
                 % (
                     self._secs(timeout_or_none(self.policy.drain.timeout_seconds)),
                     "; ".join(self.result["blocking_pdbs"]),

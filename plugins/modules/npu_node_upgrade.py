@@ -269,7 +269,14 @@ cordoned_by_upgrade:
   returned: always
   type: bool
 blocking_pdbs:
-  description: PDBs covering pods on the node that allow 0 disruptions.
+  description:
+    - PDBs that refuse (HTTP 429) the eviction of a pod the step would remove, judged as the API server's
+      eviction subresource judges them - a PDB allowing 0 disruptions (or whose status the disruption
+      controller has not updated for its current spec yet) over a Ready pod, or over an unready one while
+      the budget is not met (unhealthyPodEvictionPolicy IfHealthyBudget, the default, and not
+      currentHealthy >= desiredHealthy > 0).
+    - Pending, Succeeded, Failed and terminating pods, and unready pods under AlwaysAllow, make no PDB
+      blocking. Each entry is "ns/name (<limit>, currentHealthy=N, desiredHealthy=N, disruptionsAllowed=N)".
   returned: always
   type: list
   elements: str

@@ -37,7 +37,8 @@ from test_host_lost import hx
 pytestmark = [
     pytest.mark.lab,
     # conftest.py keeps these only with NPUOPS_REALPKG=1 (all) or auto (`make test`: one with a cached image)
-    pytest.mark.skipif(os.environ.get("NPUOPS_REALPKG") not in ("1", "auto"), reason="real-package lab: make test-realpkg"),
+    pytest.mark.skipif(os.environ.get("NPUOPS_REALPKG") not in ("1", "auto"),
+                       reason="real-package lab: make test-realpkg"),
 ]
 
 OLD, TARGET = "535.216.03", "535.261.03"

@@ -1,5 +1,8 @@
 """In-memory stand-ins for CoreV1Api / PolicyV1Api: just what npu_node_upgrade calls, with the
-``_preload_content=False`` response shape (``.data`` JSON) and merge-patch semantics."""
+``_preload_content=False`` response shape (``.data`` JSON) and merge-patch semantics.
+
+The eviction follows kube-apiserver's eviction subresource (pkg/registry/core/pod/storage/eviction.go)
+with its own selector matcher and table, on purpose independent of the product's helpers."""
 
 from __future__ import annotations
 
@@ -8,8 +11,6 @@ import json
 from typing import Any
 
 from kubernetes.client.rest import ApiException
-
-from ansible_collections.npuops.fleet.plugins.module_utils.eviction_rules import matches_label_selector_object
 
 
 class Resp:
@@ -47,6 +48,56 @@ def json_patch(obj: dict, ops: list) -> None:
             del target[key]
     obj.clear()
     obj.update(work)
+
+
+def selector_matches(selector, labels) -> bool:
+    """metav1.LabelSelector -> labels: None matches nothing, {} everything (policy/v1 PDBs); the four
+    matchExpressions operators; an unknown operator is an invalid selector, which matches nothing."""
+    if selector is None:
+        return False
+    labels = labels or {}
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr["key"], expr["operator"], expr.get("values") or []
+        ok = {
+            "In": key in labels and labels[key] in values,
+            "NotIn": key not in labels or labels[key] not in values,
+            "Exists": key in labels,
+            "DoesNotExist": key not in labels,
+        }.get(op, False)
+        if not ok:
+            return False
+    return True
+
+
+# Phases whose pods the eviction subresource deletes without looking at PDBs (canIgnorePDB).
+NO_PDB_CHECK_PHASES = {"Pending": True, "Succeeded": True, "Failed": True, "Running": False, "Unknown": False}
+
+
+def eviction_answer(pod: dict, pdbs: list) -> int:
+    """HTTP status of the eviction of ``pod`` given its namespace's ``pdbs``: 201 (evicted), 429 (PDB
+    refusal), 403 (negative disruptionsAllowed) or 500 (several PDBs)."""
+    meta, pod_status = pod["metadata"], pod.get("status", {})
+    if NO_PDB_CHECK_PHASES.get(pod_status.get("phase"), False) or meta.get("deletionTimestamp"):
+        return 201
+    covering = [p for p in pdbs if selector_matches(p.get("spec", {}).get("selector"), meta.get("labels"))]
+    if len(covering) > 1:
+        return 500
+    if not covering:
+        return 201
+    spec, status = covering[0].get("spec", {}), covering[0].get("status", {})
+    ready = {c.get("type"): c.get("status") for c in pod_status.get("conditions", [])}.get("Ready") == "True"
+    if not ready:
+        if spec.get("unhealthyPodEvictionPolicy") == "AlwaysAllow":
+            return 201
+        desired = status.get("desiredHealthy", 0)
+        if desired > 0 and status.get("currentHealthy", 0) >= desired:
+            return 201
+    if status.get("observedGeneration", 0) < covering[0]["metadata"].get("generation", 0):
+        return 429  # the disruption controller has not judged the current spec yet
+    allowed = status.get("disruptionsAllowed", 0)
+    return 403 if allowed < 0 else 429 if allowed == 0 else 201
 
 
 def make_node(name: str, labels=None, unschedulable=False, ready=True) -> dict:
@@ -136,37 +187,32 @@ class FakeCluster:
         return Resp({})
 
     def create_namespaced_pod_eviction(self, name, ns, body, _preload_content=True, dry_run=None):
+        """As the eviction subresource: 404 for a missing pod; Pending/finished/terminating pods go
+        without any PDB check; 500 when more than one PDB covers the pod; an unready pod goes under
+        AlwaysAllow or while currentHealthy >= desiredHealthy > 0; else 429 while the PDB's status is
+        older than its spec or allows 0 disruptions. disruptionsAllowed is not decremented."""
         pod = next((p for p in self.pods if (p["metadata"]["name"], p["metadata"]["namespace"]) == (name, ns)), None)
-        if pod:
-            covering = [
-                pdb
-                for pdb in self.pdbs
-                if pdb["metadata"]["namespace"] == ns
-                and matches_label_selector_object(pod["metadata"].get("labels"), pdb["spec"].get("selector"))
-            ]
-            if len(covering) > 1:  # the apiserver's answer (pkg/registry/core/pod/storage/eviction.go)
-                exc = ApiException(status=500, reason="Internal Server Error")
-                exc.body = json.dumps(
-                    {
-                        "message": "This pod has more than one PodDisruptionBudget, which the eviction "
-                        "subresource does not support."
-                    }
-                )
-                raise exc
-            for pdb in self.pdbs:
-                if (
-                    pdb["metadata"]["namespace"] == ns
-                    and matches_label_selector_object(pod["metadata"].get("labels"), pdb["spec"]["selector"])
-                    and pdb["status"]["disruptionsAllowed"] < 1
-                ):
-                    exc = ApiException(status=429, reason="Too Many Requests")
-                    exc.body = json.dumps(
-                        {"message": "Cannot evict pod as it would violate the pod's disruption budget."}
-                    )
-                    raise exc
+        if pod is None:
+            raise ApiException(status=404, reason="Not Found")
+        verdict = eviction_answer(pod, [p for p in self.pdbs if p["metadata"]["namespace"] == ns])
+        if verdict == 500:
+            exc = ApiException(status=500, reason="Internal Server Error")
+            exc.body = json.dumps(
+                {
+                    "message": "This pod has more than one PodDisruptionBudget, which the eviction "
+                    "subresource does not support."
+                }
+            )
+            raise exc
+        if verdict == 403:
+            exc = ApiException(status=403, reason="Forbidden")
+            exc.body = json.dumps({"message": "pdb disruptions allowed is negative"})
+            raise exc
+        if verdict == 429:
+            exc = ApiException(status=429, reason="Too Many Requests")
+            exc.body = json.dumps({"message": "Cannot evict pod as it would violate the pod's disruption budget."})
+            raise exc
         if dry_run:
-            if pod is None:
-                raise ApiException(status=404, reason="Not Found")
             return Resp({})
         self.writes += 1
         self._remove(name, ns)
