@@ -107,8 +107,11 @@ class RemoveResult:
     removed: list[str] = field(default_factory=list)
 
 
-def list_node_pods(core: Any, node_name: str) -> list[dict[str, Any]]:
-    data = k8s_wait.list_raw(core.list_pod_for_all_namespaces, field_selector="spec.nodeName=%s" % node_name)
+def list_node_pods(core: Any, node_name: str, deadline: Optional[float] = None) -> list[dict[str, Any]]:
+    """The pods bound to ``node_name`` (dicts); transient errors retried until ``deadline`` (monotonic
+    seconds; None: the default retry budget)."""
+    data = k8s_wait.list_raw(core.list_pod_for_all_namespaces, deadline=deadline,
+                             field_selector="spec.nodeName=%s" % node_name)
     return data.get("items") or []
 
 
@@ -219,7 +222,8 @@ def eviction_verdict(pod: Mapping[str, Any], pdbs: Iterable[Mapping[str, Any]]) 
     return VERDICT_EVICT, []
 
 
-def _list_pdbs(policy_api: Any) -> list[dict[str, Any]]:
+def list_pdbs(policy_api: Any) -> list[dict[str, Any]]:
+    """Every PodDisruptionBudget of the cluster as dicts (one paginated LIST)."""
     return k8s_wait.list_raw(policy_api.list_pod_disruption_budget_for_all_namespaces).get("items") or []
 
 
@@ -235,12 +239,61 @@ def blocking_pdbs(policy_api: Any, pods: Iterable[Mapping[str, Any]]) -> list[di
     pods = list(pods)
     if not pods:
         return []
+    return blocking_from_items(list_pdbs(policy_api), pods)
+
+
+def blocking_from_items(pdbs: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Pure form of :func:`blocking_pdbs` over PDB dicts already listed."""
+    pods = list(pods)
     found = []
-    for pdb in _list_pdbs(policy_api):
+    for pdb in pdbs:
         refused = [pod_ref(p) for p in pods if _pdb_covers(pdb, p) and pdb_refuses(p, pdb)]
         if refused:
             found.append({"pdb": _ref(pdb), "detail": describe_pdb(pdb), "pods": refused})
     return found
+
+
+def _as_ready(pod: Mapping[str, Any], pdb: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``pod`` Running and Ready, and ``pdb``'s status as the disruption controller would write it
+    then: one more healthy pod, so disruptionsAllowed = max(0, currentHealthy + 1 - desiredHealthy)."""
+    started = dict(pod, status=dict(pod.get("status") or {}, phase="Running",
+                                    conditions=[{"type": "Ready", "status": "True"}]))
+    status = dict(pdb.get("status") or {})
+    current = int(status.get("currentHealthy") or 0) + 1
+    status.update(currentHealthy=current, disruptionsAllowed=max(0, current - int(status.get("desiredHealthy") or 0)))
+    return started, dict(pdb, status=status)
+
+
+def pdbs_at_risk(pdbs: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """PDBs that let a pod go now only because it has not started or is not Ready yet, and would refuse
+    its eviction (429, or the 500 of two PDBs) once it is Ready - as it may be by the time the drain
+    reaches it, after the cordon. A warning for the preflight and the plan, not a refusal: a pod stuck
+    Pending or unready (a broken driver keeps GPU pods in ContainerCreating) does go at the drain.
+
+    Only Pending pods and Running pods that are not Ready are judged (finished and terminating pods
+    never start again; a Ready pod is judged as it is by :func:`blocking_pdbs`), and only those the
+    apiserver would evict now. Returns [{"pdb": "ns/name", "detail": describe_pdb() + why, "pods":
+    ["ns/pod", ...]}] (two PDBs over one pod: one entry per PDB)."""
+    pdbs = list(pdbs)
+    found: dict[str, dict[str, Any]] = {}
+    for pod in pods:
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        if meta.get("deletionTimestamp") or status.get("phase") not in ("Pending", "Running") or _pod_ready(pod):
+            continue
+        if eviction_verdict(pod, pdbs)[0] != VERDICT_EVICT:
+            continue  # refused now already: blocking_pdbs / multi_pdb_pods name it
+        covering = [pdb for pdb in pdbs if _pdb_covers(pdb, pod)]
+        if len(covering) > 1:
+            why = "covered by %d PodDisruptionBudgets: refused (500) once it starts" % len(covering)
+            risky = covering
+        else:
+            risky = [pdb for pdb in covering if pdb_refuses(*_as_ready(pod, pdb))]
+            why = "refuses its eviction once it is Ready (disruptionsAllowed would stay 0)"
+        for pdb in risky:
+            entry = found.setdefault(_ref(pdb), {"pdb": _ref(pdb), "detail": "%s: %s" % (describe_pdb(pdb), why),
+                                                 "pods": []})
+            entry["pods"].append(pod_ref(pod))
+    return [found[k] for k in sorted(found)]
 
 
 def pdbs_covering(policy_api: Any, pods: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
@@ -252,7 +305,7 @@ def pdbs_covering(policy_api: Any, pods: Iterable[Mapping[str, Any]]) -> dict[st
     pods = list(pods)
     if not pods:
         return {}
-    return covering_from_items(_list_pdbs(policy_api), pods)
+    return covering_from_items(list_pdbs(policy_api), pods)
 
 
 def covering_from_items(pdbs: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
@@ -281,7 +334,7 @@ def multi_pdb_pods(policy_api: Any, pods: Iterable[Mapping[str, Any]]) -> dict[s
     pods = [p for p in pods if pdbs_apply(p)]
     if not pods:
         return {}
-    items = _list_pdbs(policy_api)
+    items = list_pdbs(policy_api)
     out: dict[str, str] = {}
     for pod in pods:
         verdict, names = eviction_verdict(pod, items)

@@ -130,6 +130,7 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
             "would_evict": [],
             "cordoned_by_upgrade": False,
             "blocking_pdbs": [],
+            "pdbs_at_risk": [],
             "refused_evictions": {},
             "waited_for": [],
             "full_drain": None,
@@ -358,8 +359,17 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
         victims = [by_ref[r] for r in sorted(remove)]
         # Judged as the eviction subresource judges them: a Pending, finished or terminating victim, or
         # an unready one its PDB lets go, names no PDB here nor in refused_evictions.
-        pdbs = drain.blocking_pdbs(self.policy_api, victims)
-        self.result["blocking_pdbs"] = [p["detail"] for p in pdbs]
+        listed = drain.list_pdbs(self.policy_api) if victims else []
+        self.result["blocking_pdbs"] = [p["detail"] for p in drain.blocking_from_items(listed, victims)]
+        # Free to go now only because they have not started or are not Ready yet: said, not refused.
+        at_risk = drain.pdbs_at_risk(listed, victims)
+        self.result["pdbs_at_risk"] = [p["detail"] for p in at_risk]
+        for p in at_risk:
+            self.warnings.append(
+                "node %s: PodDisruptionBudget %s lets %s go now only because not Ready yet; once Ready it "
+                "would refuse the drain's eviction (the drain then waits up to its timeout)"
+                % (self.name, p["pdb"], ", ".join(p["pods"]))
+            )
         self.result["drain_blockers"] = plan.blockers if drain_policy.enable else deletion.blockers
         self.result["refused_evictions"] = self._structural_refusals(victims)
         self.result["waited_for"] = sorted(set(plan.wait) | set(deletion.wait))

@@ -41,6 +41,19 @@ class PodRemovalSteps:
                 ).extend(kept)
         return plan
 
+    def _still_there(self, refs: list[str], by_ref: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+        """The pods ``refs`` as they are now (same uid), so that a pod Pending or unready when the step
+        began and Ready by its timeout is judged as the apiserver judges it now; the step's own copies
+        when the pods cannot be read (the API down at the timeout)."""
+        try:
+            # a short budget: the step is failing already, its message must not wait out an outage
+            now = {eviction_rules.pod_ref(p): p
+                   for p in drain.list_node_pods(self.core, self.name, deadline=time.monotonic() + 10)}
+        except Exception:  # noqa: BLE001 - any read failure: judge what the step saw
+            return [by_ref[r] for r in refs if r in by_ref]
+        uid = {r: (by_ref.get(r) or {}).get("metadata", {}).get("uid") for r in refs}
+        return [now[r] for r in refs if r in now and now[r]["metadata"].get("uid") == uid[r]]
+
     def _structural_refusals(self, victims: list[dict[str, Any]]) -> dict[str, str]:
         """Pods the Eviction API refuses for a reason no retry changes (several PDBs, an admission
         policy, RBAC): from the PDBs (no write) and a server-side dry-run eviction of each pod."""
@@ -80,7 +93,7 @@ class PodRemovalSteps:
                     "the API server did not accept evictions until %s=%s (transport errors or 5xx): %s"
                     % (timeout_key, self._secs(timeout), exc)
                 )
-            pdbs = drain.blocking_pdbs(self.policy_api, [by_ref[r] for r in exc.remaining if r in by_ref])
+            pdbs = drain.blocking_pdbs(self.policy_api, self._still_there(exc.remaining, by_ref))
             self.result["blocking_pdbs"] = [p["detail"] for p in pdbs] or self.result["blocking_pdbs"]
             fail(
                 "evictions refused until %s=%s: PodDisruptionBudgets refusing them now: %s; pods still on "

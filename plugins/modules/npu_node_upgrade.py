@@ -276,7 +276,21 @@ blocking_pdbs:
       the budget is not met (unhealthyPodEvictionPolicy IfHealthyBudget, the default, and not
       currentHealthy >= desiredHealthy > 0).
     - Pending, Succeeded, Failed and terminating pods, and unready pods under AlwaysAllow, make no PDB
-      blocking. Each entry is "ns/name (<limit>, currentHealthy=N, desiredHealthy=N, disruptionsAllowed=N)".
+      blocking (see RV(pdbs_at_risk) for those that would block once Ready). A pod under two PDBs is judged
+      against each as if it were the only one; the 500 the apiserver answers for it is in
+      RV(refused_evictions).
+    - Each entry is "ns/name (<limit>[, unhealthyPodEvictionPolicy=P], currentHealthy=N, desiredHealthy=N,
+      disruptionsAllowed=N[, status not yet observed for generation G])".
+  returned: always
+  type: list
+  elements: str
+pdbs_at_risk:
+  description:
+    - O(phase=status) only - PDBs that let a pod go now only because it is Pending or not Ready yet, and
+      would refuse its eviction once it is Ready (its PDB's disruptionsAllowed stays 0 with it healthy, or
+      two PDBs cover it) - as it may be by the time the drain reaches it. A warning, not a refusal: the
+      preflight goes on (a pod stuck Pending or unready still goes at the drain); each is also a module
+      warning. Entries as RV(blocking_pdbs) with the reason appended.
   returned: always
   type: list
   elements: str

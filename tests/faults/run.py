@@ -303,25 +303,6 @@ class NodeWatch(threading.Thread):
         for fn, s in fire:
             threading.Thread(target=fn, args=(s,), daemon=True).start()
 
-    def _across_gap(self, items) -> None:
-        """Judge the pods that went away while the watch was down (the API server stopped, a watch
-        that expired): one last seen Ready and not terminating was removed safely only if at least
-        minAvailable OTHER guard pods were Ready then and are still there, the same pods, Ready now;
-        anything less cannot be shown safe and counts as a violation."""
-        now = {p.metadata.uid: p for p in items}
-        for uid in [u for u in self.pods if u not in now]:
-            was = self.pods.pop(uid)
-            self.gaps += 1
-            what = "uid %s (on %s, removed while the watch was down)" % (uid[:8], was["node"])
-            self.removed.append(what)
-            if not was["ready"] or was["terminating"]:
-                continue  # already judged when it started terminating, or not counted by the PDB
-            kept = sum(1 for u, v in self.pods.items() if v["ready"] and not v["terminating"] and u in now
-                       and self._ready(now[u]) and not now[u].metadata.deletion_timestamp)
-            if kept < self.min_available:
-                self.violations.append("%s: only %d other guard pod(s) Ready before and after the gap < "
-                                       "minAvailable %d" % (what, kept, self.min_available))
-
     def run(self) -> None:
         from kubernetes import watch
 
@@ -376,6 +357,7 @@ class GuardWatch(threading.Thread):
         self.pods: dict[str, dict[str, Any]] = {}
         self.violations: list[str] = []
         self.removed: list[str] = []
+        self.removed_on: list[Optional[str]] = []  # the node of each removal, for "was one seen at all"
         self.stop = threading.Event()
         self.gaps = 0
 
@@ -392,6 +374,7 @@ class GuardWatch(threading.Thread):
             others = sum(1 for u, v in self.pods.items() if u != uid and v["ready"] and not v["terminating"])
             what = "%s (uid %s, on %s)" % (p.metadata.name, uid[:8], p.spec.node_name)
             self.removed.append(what)
+            self.removed_on.append(p.spec.node_name)
             if was is not None and was["ready"] and others < self.min_available:
                 self.violations.append("%s removed while %d other guard pod(s) ready < minAvailable %d"
                                        % (what, others, self.min_available))
@@ -404,13 +387,16 @@ class GuardWatch(threading.Thread):
         """Judge the pods that went away while the watch was down (the API server stopped, a watch
         that expired): one last seen Ready and not terminating was removed safely only if at least
         minAvailable OTHER guard pods were Ready then and are still there, the same pods, Ready now;
-        anything less cannot be shown safe and counts as a violation."""
+        anything less cannot be shown safe and counts as a violation. (It assumes those pods did not
+        flap unready inside the gap: the guard's pods are only ever evicted, never made unready. A
+        pod already unready or terminating at the last sight needs no judgement here.)"""
         now = {p.metadata.uid: p for p in items}
         for uid in [u for u in self.pods if u not in now]:
             was = self.pods.pop(uid)
             self.gaps += 1
             what = "uid %s (on %s, removed while the watch was down)" % (uid[:8], was["node"])
             self.removed.append(what)
+            self.removed_on.append(was["node"])
             if not was["ready"] or was["terminating"]:
                 continue  # already judged when it started terminating, or not counted by the PDB
             kept = sum(1 for u, v in self.pods.items() if v["ready"] and not v["terminating"] and u in now
@@ -418,6 +404,23 @@ class GuardWatch(threading.Thread):
             if kept < self.min_available:
                 self.violations.append("%s: only %d other guard pod(s) Ready before and after the gap < "
                                        "minAvailable %d" % (what, kept, self.min_available))
+
+    def finish(self) -> Optional[str]:
+        """Stop the watch and judge what it may have missed since its last event with one more list
+        (the last gap); -> why the guard could not be judged, or None."""
+        self.stop.set()
+        self.join(timeout=45)
+        if self.is_alive():
+            return "the guard's watch did not stop within 45 s"
+        try:
+            lst = retry(lambda: self.core.list_namespaced_pod(NS, label_selector="app=" + GUARD,
+                                                              _request_timeout=10), "guard pods")
+        except Exception as e:  # noqa: BLE001
+            return "the guard pods could not be listed after the case: %s" % e
+        self._across_gap(lst.items)
+        for p in lst.items:
+            self._see("MODIFIED", p)
+        return None
 
     def run(self) -> None:
         from kubernetes import watch
@@ -636,7 +639,7 @@ class Case:
         self.stale_holders: set[str] = set()
         self.watch: Optional[NodeWatch] = None
         self.guard: Optional[GuardWatch] = None
-        self.result: dict[str, tuple[bool, str]] = {}
+        self.result: dict[str, tuple[Optional[bool], str]] = {}
         self.duration = 0.0
 
     def note(self, msg: str) -> None:
@@ -966,17 +969,22 @@ def invariants(ctx: Case) -> dict[str, tuple[Optional[bool], str]]:
     res["schedulable"] = (not bad, "; ".join(bad) or "no schedulable node with a wrong driver")
     g = ctx.guard
     if g:
-        g.stop.set()
-        g.join(timeout=40)
-        if g.violations:
-            res["pdb"] = (False, "; ".join(g.violations))
+        unjudged = g.finish()
+        if unjudged or g.violations:
+            res["pdb"] = (False, "; ".join(([unjudged] if unjudged else []) + g.violations))
+        elif done and TARGET not in g.removed_on:
+            # the window's policy drains (drain.enable): an upgraded node had its guard pod evicted
+            res["pdb"] = (False, "the node ended upgrade-done but no removal of its guard pod was seen")
         elif g.removed:
             res["pdb"] = (True, "removed: %s%s" % (", ".join(g.removed), " (%d judged across a watch gap)" % g.gaps
                                                    if g.gaps else ""))
         else:  # nothing was removed: nothing to judge
             res["pdb"] = (None, "no guard pod removed")
-    if not container_running():  # the host is down: nothing on it can be compared
-        res["services"] = res["holds"] = (None, "host down")
+    if not container_running():
+        # only a case that takes the host away may end with it down; then nothing on it can be compared
+        down = (None, "host down (the case's fault)") if ctx.spec["kind"] == "host_lost" else (
+            False, "host container not running after a %s case" % ctx.spec["kind"])
+        res["services"] = res["holds"] = down
         after = None
     else:
         after = host_snapshot()
@@ -1014,7 +1022,7 @@ def invariants(ctx: Case) -> dict[str, tuple[Optional[bool], str]]:
         rec = hx("test -e %s && cat %s" % (RECORD, RECORD))
         res["record"] = (rec.returncode != 0, "left: " + rec.stdout[:150] if rec.returncode == 0 else "none")
     else:
-        res["record"] = (None, "node %s%s" % (st, "" if container_running() else ", host down"))
+        res["record"] = (None, "node %s, no window record expected" % st) if container_running() else res["holds"]
     bad_e = [d for ok, d in ctx.expect if not ok]
     res["expect"] = ((not bad_e, "; ".join(bad_e) or "%d check(s)" % len(ctx.expect)) if ctx.expect
                      else (None, "the case checks nothing of its own"))

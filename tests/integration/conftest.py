@@ -267,18 +267,20 @@ def _realpkg_pick(items, record, counter):
 
 def pytest_collection_modifyitems(config, items):
     """`make test` runs one rotation of the lab tests (NPUOPS_IT_ROTATION=3, set by the Makefile; see
-    rotation.py): a test's slot is sha256(node id) % N, the run takes the slot that has gone longest
-    without a run on this machine (its record), NPUOPS_IT_SEED=r takes slot r. Unset or 1: all
-    (`make integration`). The real-package tests (test_realpkg.py) are outside the slots: all with
+    rotation.py): a test's slot is sha256(salt + node id) % N, the run takes the slot whose last
+    complete run on this machine is oldest (its record), NPUOPS_IT_SEED=r takes slot r. Unset or 1:
+    all (`make integration`). The real-package tests (test_realpkg.py) are outside the slots: all with
     NPUOPS_REALPKG=1 (`make test-realpkg`), one whose image is cached with NPUOPS_REALPKG=auto (`make
-    test`), none otherwise. Tests are independent (each puts its hosts and Nodes back)."""
+    test`, run first so that its budget check holds), none otherwise. Tests are independent (each
+    puts its hosts and Nodes back)."""
     n = int(os.environ.get("NPUOPS_IT_ROTATION") or 1)
     mode = os.environ.get("NPUOPS_REALPKG") or ""
     real = [it for it in items if it.nodeid.split("::")[0].endswith(REALPKG_FILE)]
     rest = [it for it in items if it not in real]
     record = rotation.load()
-    counter = rotation.commit_count()
+    counter = rotation.counter_now()
     lines = []
+    r = None
     if n <= 1:
         keep, label = list(rest), "all"
         lines.append("lab tests: all %d (NPUOPS_IT_ROTATION unset or 1)" % len(rest))
@@ -287,9 +289,11 @@ def pytest_collection_modifyitems(config, items):
         if seed not in (None, ""):
             r, why = int(seed) % n, "NPUOPS_IT_SEED=%s" % seed
         else:
-            r = rotation.choose([it.nodeid for it in rest], n, record.get("lab") or {}, counter)
-            why = "the slot run least recently on this machine (record %s; %d commits on HEAD)" % (
-                rotation.record_path(), counter)
+            slot_runs = (record.get("slots") or {}).get(str(n)) or {}
+            r = rotation.choose(n, {rotation.slot(it.nodeid, n) for it in rest}, slot_runs, counter)
+            why = "the slot whose last complete run on this machine is oldest: %s (record %s)" % (
+                rotation.now_iso(float(slot_runs[str(r)])) if str(r) in slot_runs else "never",
+                rotation.record_path())
         keep = [it for it in rest if rotation.slot(it.nodeid, n) == r]
         label = "%d/%d" % (r, n)
         lines.append("lab tests: rotation %s, %d of %d (%s); NPUOPS_IT_SEED=%d repeats it"
@@ -301,9 +305,11 @@ def pytest_collection_modifyitems(config, items):
     else:
         kept_real, why_real = [], "real packages: none (NPUOPS_REALPKG unset; make test-realpkg runs them)"
     lines.append(why_real)
-    keep += kept_real
+    keep = kept_real + keep
     lines += ["  " + it.nodeid for it in keep]
-    config._npuops_rotation = {"label": label, "n": n, "lines": lines, "commit": rotation.head()}
+    config._npuops_rotation = {"label": label, "n": n, "slot": r, "lines": lines, "commit": rotation.head(),
+                               "slotted": {it.nodeid for it in keep if it not in kept_real},
+                               "lab_ids": sorted(it.nodeid for it in rest)}
     drop = [it for it in items if it not in keep]
     if drop:
         config.hook.pytest_deselected(items=drop)
@@ -318,36 +324,55 @@ def pytest_report_collectionfinish(config, start_path, items):
     return info["lines"] if info else []
 
 
-_OUTCOMES: dict[str, str] = {}  # node id -> passed / failed / skipped, for the record
+_OUTCOMES: dict[str, str] = {}  # node id -> passed / failed / skipped / error, for the record
+_RECORDING: dict = {}  # on: whether this session writes the record; info: the rotation it runs
+
+
+def _recording(config) -> bool:
+    return getattr(config, "_npuops_rotation", None) is not None and os.environ.get("NPUOPS_REQUIRE_LAB") == "1"
 
 
 def pytest_runtest_logreport(report):
-    """Outcome per lab test for the record: a failure in any phase, else passed after the call;
-    skipped tests did not run."""
-    outcomes = _OUTCOMES
+    """Outcome per lab test: a failure in setup is an error (the test body never ran), in the call or
+    teardown a failure; a skip is a skip; else passed after the call. Saved to the record as soon as
+    the test's teardown ends, so a run killed later keeps what it did."""
     if report.failed:
-        outcomes[report.nodeid] = "failed"
-    elif report.when == "call" and report.passed:
-        outcomes.setdefault(report.nodeid, "passed")
+        _OUTCOMES[report.nodeid] = "error" if report.when == "setup" else "failed"
     elif report.skipped:
-        outcomes.setdefault(report.nodeid, "skipped")
+        _OUTCOMES.setdefault(report.nodeid, "skipped")
+    elif report.when == "call":
+        _OUTCOMES.setdefault(report.nodeid, "passed")
+    if report.when == "teardown" and _RECORDING.get("on") and report.nodeid in _OUTCOMES:
+        info = _RECORDING["info"]
+        data = rotation.load()
+        rotation.note_result(data, "lab", report.nodeid, _OUTCOMES[report.nodeid], time.time(), info["commit"],
+                             info["label"])
+        rotation.save(data)
 
+
+def pytest_collection_finish(session):
+    _RECORDING.update(on=_recording(session.config), info=getattr(session.config, "_npuops_rotation", None))
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """Add this run's outcomes to the record and write tests/integration/last-rotations.md."""
+    """Complete the record: the run's line, the slot when every test of it passed (or skipped) in a
+    run that was not interrupted, the collected ids; then tests/integration/last-rotations.md."""
     info = getattr(session.config, "_npuops_rotation", None)
-    ran = {k: v for k, v in _OUTCOMES.items() if v != "skipped"}
-    if info is None or not ran or os.environ.get("NPUOPS_REQUIRE_LAB") != "1":
+    if not _recording(session.config) or not _OUTCOMES:
         return
     now = time.time()
     data = rotation.load()
-    for nodeid, outcome in ran.items():
-        rotation.note_result(data, "lab", nodeid, outcome, now, info["commit"], info["label"])
-    rotation.note_run(data, {"when": rotation.now_iso(now), "kind": "lab", "rotation": info["label"],
-                             "commit": info["commit"], "ran": len(ran),
+    ran = dict(_OUTCOMES)
+    data["lab_ids"] = info["lab_ids"]
+    complete = (info["slot"] is not None and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
+                and all(ran.get(i) in ("passed", "skipped") for i in info["slotted"]))
+    if complete:
+        rotation.note_slot(data, info["n"], info["slot"], now)
+    rotation.note_run(data, {"when": rotation.now_iso(now), "kind": "lab", "rotation": info["label"]
+                             + ("" if complete or info["slot"] is None else " (incomplete: due again)"),
+                             "commit": info["commit"], "ran": sum(v in ("passed", "failed") for v in ran.values()),
                              "passed": sum(v == "passed" for v in ran.values()),
-                             "failed": sum(v == "failed" for v in ran.values())})
+                             "failed": sum(v in ("failed", "error") for v in ran.values())})
     rotation.save(data)
-    n = info["n"] if info["n"] > 1 else int(os.environ.get("NPUOPS_IT_ROTATION_SLOTS") or 3)
+    n = info["n"] if info["n"] > 1 else 3
     (REPO / "tests" / "integration" / "last-rotations.md").write_text(rotation.render(data, n))

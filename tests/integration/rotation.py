@@ -6,10 +6,12 @@
   modulo N. Adding, removing or renaming a test moves no other test. SALT was picked once so that the
   87 lab tests of its day split 29/28/30 with every file of 3 or more tests in each third; changing it
   would reshuffle every test, so it stays.
-- A run's **rotation** is the slot whose members have gone longest without a run, read from the record
-  on this machine (a member never seen counts as never run); ties go to ``counter % N``, the number
-  of commits on HEAD, so on a machine without a record consecutive landings still differ. An explicit
-  seed (NPUOPS_IT_SEED / FAULTS_SEED) wins over both.
+- A run's **rotation** is the slot whose last complete run on this machine is oldest (never first), read
+  from the record. A slot completes when every test of it ran and passed (or skipped): a failed or
+  interrupted run leaves its slot due, so the next run repeats it. Ties go to ``counter % N``
+  (commits on HEAD + days since the epoch), so machines without a record still move on. An explicit
+  seed (NPUOPS_IT_SEED) wins over both. Fault cases have no slots: a run takes the FAULTS_CASES cases
+  run least recently (:func:`stalest`).
 - The **record** (JSON, ``$NPUOPS_TEST_RECORD``, default ``$NPUOPS_LAB_CACHE/test-record.json``, i.e.
   ``~/.cache/npuops-lab/test-record.json``) keeps per test and case when it last ran, its outcome,
   when it last passed, at which commit and in which rotation; it lives beside the lab's other caches
@@ -25,6 +27,7 @@ import json
 import os
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
@@ -65,10 +68,10 @@ def load(path: Optional[Path] = None) -> dict[str, Any]:
     try:
         data = json.loads(p.read_text())
     except (OSError, ValueError):
-        return {"lab": {}, "faults": {}, "runs": []}
+        return {"lab": {}, "faults": {}, "runs": [], "slots": {}}
     if not isinstance(data, dict):
-        return {"lab": {}, "faults": {}, "runs": []}
-    for key, empty in (("lab", {}), ("faults", {}), ("runs", [])):
+        return {"lab": {}, "faults": {}, "runs": [], "slots": {}}
+    for key, empty in (("lab", {}), ("faults", {}), ("runs", []), ("slots", {})):
         if not isinstance(data.get(key), type(empty)):
             data[key] = empty
     return data
@@ -84,21 +87,20 @@ def save(data: Mapping[str, Any], path: Optional[Path] = None) -> Path:
     return p
 
 
-def choose(idents: Iterable[str], n: int, seen: Mapping[str, Mapping[str, Any]], counter: int) -> int:
-    """The rotation (0..n-1) to run: the slot whose least recently run member ran longest ago.
-
-    ``seen`` maps identity -> {"ran_ts": epoch seconds, ...} (the record's "lab" or "faults"); an
-    identity missing there never ran. Empty slots are never chosen while another slot has members.
-    Ties go to the slot nearest after ``counter % n``."""
+def choose(n: int, occupied: Iterable[int], slot_runs: Mapping[str, Any], counter: int) -> int:
+    """The rotation (0..n-1) to run: of the ``occupied`` slots (those with tests), the one whose last
+    complete run is oldest; a slot never completed comes first. ``slot_runs`` is the record's
+    ``slots[str(n)]``: slot (as a string) -> epoch seconds of its last complete run. Ties go to the
+    slot nearest after ``counter % n``."""
     n = max(n, 1)
-    stalest: dict[int, float] = {}
-    for ident in idents:
-        s = slot(ident, n)
-        ts = float((seen.get(ident) or {}).get("ran_ts") or 0.0)
-        stalest[s] = min(stalest.get(s, ts), ts)
-    if not stalest:
-        return counter % n
-    return min(stalest, key=lambda s: (stalest[s], (s - counter) % n))
+    slots = sorted(set(occupied)) or [counter % n]
+    return min(slots, key=lambda s: (float(slot_runs.get(str(s)) or 0.0), (s - counter) % n))
+
+
+def counter_now(repo: Path = REPO) -> int:
+    """The tie-break for a machine without a record: commits on HEAD plus days since the epoch, so it
+    moves with every landing and, in a shallow clone (1 commit), still every day."""
+    return commit_count(repo) + int(time.time() // 86400)
 
 
 def now_iso(ts: float) -> str:
@@ -107,11 +109,20 @@ def now_iso(ts: float) -> str:
 
 def note_result(data: dict[str, Any], kind: str, ident: str, outcome: str, ts: float, commit: str,
                 rotation: str) -> None:
-    """Record one test's (kind "lab") or fault case's (kind "faults") outcome: passed / failed."""
+    """Record one lab test's (kind "lab") or fault case's (kind "faults") outcome: passed / failed
+    (it ran: ``ran`` / ``ran_ts`` move), skipped / error (a skip, or a setup that failed before the test
+    body: ``last`` moves, ``ran`` does not)."""
     entry = data.setdefault(kind, {}).setdefault(ident, {})
-    entry.update({"ran": now_iso(ts), "ran_ts": ts, "outcome": outcome, "commit": commit, "rotation": rotation})
+    entry.update({"last": now_iso(ts), "outcome": outcome, "commit": commit, "rotation": rotation})
+    if outcome in ("passed", "failed"):
+        entry.update({"ran": now_iso(ts), "ran_ts": ts})
     if outcome == "passed":
         entry.update({"passed": now_iso(ts), "passed_commit": commit})
+
+
+def note_slot(data: dict[str, Any], n: int, slot_: int, ts: float) -> None:
+    """Slot ``slot_`` of ``n`` completed a run at ``ts`` (every test of it ran and passed, or skipped)."""
+    data.setdefault("slots", {}).setdefault(str(n), {})[str(slot_)] = ts
 
 
 def note_run(data: dict[str, Any], run: Mapping[str, Any]) -> None:
@@ -120,40 +131,62 @@ def note_run(data: dict[str, Any], run: Mapping[str, Any]) -> None:
 
 
 def render(data: Mapping[str, Any], n: int) -> str:
-    """The record as Markdown: the last runs, then every lab test and fault case with its slot."""
+    """The record as Markdown: the slots' last complete runs, the last runs, then every lab test (those
+    collected by the last lab run, ``lab_ids``, and any recorded) and fault case."""
+    lab = dict(data.get("lab") or {})
+    for ident in data.get("lab_ids") or []:
+        lab.setdefault(ident, {})
+    never = sorted(i for i, e in lab.items() if not e.get("passed"))
+    slot_runs = (data.get("slots") or {}).get(str(n)) or {}
     lines = ["# When each lab test and fault case last ran",
              "",
              "Written by every `make test` / `make integration` / `tests/faults/run.py` run from the record",
-             "`%s` on the machine that ran them (tests/integration/rotation.py). Slot = sha256(salt + id) %% %d."
+             "`%s` on the machine that ran them (tests/integration/rotation.py). Slot = sha256(salt + id) %% %d;"
              % ("$NPUOPS_LAB_CACHE/test-record.json", n),
+             "a slot counts as run only when every test of it ran and passed (or skipped), so a failure is",
+             "repeated until it passes.", "",
+             "Slots, last complete run: %s." % (", ".join(
+                 "%d: %s" % (s, now_iso(float(slot_runs[str(s)])) if str(s) in slot_runs else "never")
+                 for s in range(n))),
+             "", "%d lab tests known, %d never passed on this machine%s" % (
+                 len(lab), len(never), (": " + ", ".join("`%s`" % i for i in never[:20])
+                                        + (" ..." if len(never) > 20 else "")) if never else "."),
              "", "## Last runs", "", "| when | what | rotation | commit | ran | passed | failed |",
              "|---|---|---|---|---|---|---|"]
     for r in reversed(list(data.get("runs") or [])[-12:]):
         lines.append("| %s | %s | %s | %s | %s | %s | %s |" % (
             r.get("when", "?"), r.get("kind", "?"), r.get("rotation", "?"), r.get("commit", "?"),
             r.get("ran", "?"), r.get("passed", "?"), r.get("failed", "?")))
-    for kind, title in (("lab", "Lab tests"), ("faults", "Fault cases (the least recently run first; no slots)")):
-        rows = data.get(kind) or {}
+    for kind, title, rows in (("lab", "Lab tests", lab),
+                              ("faults", "Fault cases (the least recently run first; no slots)",
+                               data.get("faults") or {})):
         lines += ["", "## %s (%d)" % (title, len(rows)), "",
-                  "| id | slot | last ran | outcome | rotation | commit | last passed |",
+                  "| id | slot | last ran | last outcome | rotation | commit | last passed |",
                   "|---|---|---|---|---|---|---|"]
         for ident in sorted(rows):
             e = rows[ident]
             lines.append("| `%s` | %s | %s | %s | %s | %s | %s |" % (
-                ident, slot(ident, n) if kind == "lab" else "-", e.get("ran", "-"), e.get("outcome", "-"),
+                ident, slot(ident, n) if kind == "lab" else "-", e.get("ran", "never"), e.get("outcome", "-"),
                 e.get("rotation", "-"), e.get("commit", "-"), e.get("passed", "never")))
     return "\n".join(lines) + "\n"
 
 
 def stalest(idents: Iterable[str], count: int, seen: Mapping[str, Mapping[str, Any]], counter: int) -> list[str]:
-    """The ``count`` identities run least recently (never run first), in their given order; ties go to
-    the ones nearest after position ``counter``, so without a record consecutive counters take
-    consecutive slices. Used for the fault cases, whose few-per-run share wants no uneven slots."""
+    """The ``count`` identities run least recently, in their given order: one never run, or whose last
+    outcome was not a pass, comes first (a failure is repeated until it passes); ties go to the ones
+    nearest after position ``counter * count``, so without a record consecutive counters take
+    consecutive slices. Used for the fault cases, whose few-per-run share wants no uneven slots, and
+    to pick the real-package test."""
     ids = list(idents)
     if count >= len(ids):
         return ids
     n = len(ids)
     pos = {ident: i for i, ident in enumerate(ids)}
-    order = sorted(ids, key=lambda i: (float((seen.get(i) or {}).get("ran_ts") or 0.0), (pos[i] - counter * count) % n))
+
+    def last_pass(i: str) -> float:
+        e = seen.get(i) or {}
+        return float(e.get("ran_ts") or 0.0) if e.get("outcome") == "passed" else 0.0
+
+    order = sorted(ids, key=lambda i: (last_pass(i), (pos[i] - counter * count) % n))
     chosen = set(order[:count])
     return [i for i in ids if i in chosen]

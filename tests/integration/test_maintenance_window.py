@@ -333,8 +333,39 @@ def test_skip_label_leaves_the_node_alone_before_any_host_check(kubeconfig, core
         core_v1.patch_node(N1, {"metadata": {"labels": {skip: None}}})
 
 
+# the scenario's lab-node-1: driver 535.183.06, default (server-open) packaging
+OLD_DRIVER = "535.183.06"
+OLD_PACKAGES = {p: "535.183.06-0ubuntu1" for p in ("nvidia-driver-535-server-open", "nvidia-utils-535-server")}
+NEW_PACKAGES = ("nvidia-driver-550-server-open", "nvidia-utils-550-server")
+
+
+def scenario_start(core_v1, name):
+    """(at the scenario's start state, what was seen) for GPU host ``name``: the 535 driver loaded and
+    its package installed, the Node with no upgrade state and schedulable."""
+    n = node(core_v1, name)
+    seen = {
+        "loaded": hx(name, "cat /sys/module/nvidia/version", check=False).stdout.strip(),
+        "packages": installed(name, [*OLD_PACKAGES, *NEW_PACKAGES]),
+        "state": (n.metadata.labels or {}).get(GPU_STATE),
+        "unschedulable": bool(n.spec.unschedulable),
+    }
+    ok = (seen["loaded"] == OLD_DRIVER and seen["packages"] == OLD_PACKAGES and seen["state"] in (None, "")
+          and not seen["unschedulable"])
+    return ok, seen
+
+
 def test_check_mode_is_the_plan_and_changes_nothing(kubeconfig, core_v1, coordination_v1, report_dir):
-    """`--check` on the playbook: the plan (no Lease, nothing changed), with the apt transaction."""
+    """`--check` on the playbook: the plan (no Lease, nothing changed), with the apt transaction.
+
+    The host must be at the scenario's start (535.183.06): every test that upgrades it puts it back
+    (the restore fixture), and this one recreates it if it finds it otherwise, so there is exactly one
+    right plan."""
+    ok, seen = scenario_start(core_v1, N1)
+    if not ok:
+        print(f"{N1} not at the scenario's start ({seen}): recreating it")
+        restore_host(core_v1, N1)
+        ok, seen = scenario_start(core_v1, N1)
+    assert ok, f"{N1} not at the scenario's start even after restore_host: {seen}"
     before = world(core_v1, coordination_v1, (N1,))
     rc, out = playbook("maintenance_window.yml", kubeconfig, report_dir, N1, "--check")
     assert rc == 0, out[-6000:]
@@ -343,11 +374,9 @@ def test_check_mode_is_the_plan_and_changes_nothing(kubeconfig, core_v1, coordin
     h = plan["hosts"][0]
     assert (plan["batches"], h["host"], h["node"]) == ([[N1]], N1, N1)
     assert plan["lease"]["free"] is True and plan["would_start"] is True, plan["lease"]
-    if h["status"] == "would-upgrade":  # the scenario host at 535.183.06
-        assert {i["to"] for i in h["transaction"]["install"]} == {"550.90.07-0ubuntu1"}, h["transaction"]
-        assert "nvidia-utils-535-server" in [r["name"] for r in h["transaction"]["remove"]], h["transaction"]
-    else:  # an earlier test left it upgraded
-        assert h["status"] == "already-at-target" and h["transaction"] is None, h
+    assert h["status"] == "would-upgrade", h
+    assert {i["to"] for i in h["transaction"]["install"]} == {"550.90.07-0ubuntu1"}, h["transaction"]
+    assert "nvidia-utils-535-server" in [r["name"] for r in h["transaction"]["remove"]], h["transaction"]
 
 
 def test_plan_of_a_window_another_run_holds_says_it_would_not_start(kubeconfig, core_v1, coordination_v1, report_dir):

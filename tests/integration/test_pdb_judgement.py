@@ -273,10 +273,12 @@ def test_a_pending_pod_under_two_pdbs_goes_and_is_not_named(judged, core_v1, pol
     ns, pods = judged["ns"], judged["pods"]
     pending, ready = pods[(MULTI, "subject")], pods[(MULTI, "companion")]
     assert raw_dry_run(core_v1, pending) == (EVICTED, "")
-    assert raw_dry_run(core_v1, ready) == (500, drain.MULTIPLE_PDBS_MESSAGE)
+    assert raw_dry_run(core_v1, ready) == (
+        500, "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.")
     ref = "%s/%s" % (ns, ready["metadata"]["name"])
     assert drain.multi_pdb_pods(policy_v1, [pending, ready]) == {
-        ref: drain.multiple_pdb_reason(["%s/%s-a" % (ns, MULTI), "%s/%s-b" % (ns, MULTI)])
+        ref: "covered by 2 PodDisruptionBudgets (%s/%s-a, %s/%s-b): the eviction API refuses such pods"
+        % (ns, MULTI, ns, MULTI)
     }
     assert drain.blocking_pdbs(policy_v1, [pending, ready]) == []
     # The dry runs changed nothing.

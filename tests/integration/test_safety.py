@@ -122,6 +122,51 @@ def rs_owned(core_v1, apps_v1, name, node, replicas=1):
     )
 
 
+def poll(what, probe, timeout=60, every=0.5):
+    """Poll ``probe() -> (done, seen)`` until done (returns seen); at the deadline fail with the last seen."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done, seen = probe()
+        if done:
+            return seen
+        if time.monotonic() > deadline:
+            pytest.fail("%s: not after %ss; last seen: %r" % (what, timeout, seen))
+        time.sleep(every)
+
+
+def iso_seconds(stamp):
+    """Seconds since the epoch of a transition record's time (``%Y-%m-%dT%H:%M:%SZ``)."""
+    from datetime import datetime, timezone
+
+    return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+
+
+def policy_denials(api_client, policy):
+    """How many requests the apiserver has denied through ValidatingAdmissionPolicy ``policy`` so far
+    (its own counter, apiserver_validating_admission_policy_check_total, enforcement_action=deny)."""
+    cfg = api_client.configuration
+    headers = {a["key"]: a["value"] for a in cfg.auth_settings().values() if a.get("in") == "header" and a.get("value")}
+    resp = api_client.call_api("GET", cfg.host + "/metrics", header_params=headers)
+    resp.read()
+    assert resp.status == 200, (resp.status, resp.data[:500])
+    total = 0.0
+    for line in resp.data.decode().splitlines():
+        if (line.startswith("apiserver_validating_admission_policy_check_total{")
+                and 'policy="%s"' % policy in line and 'enforcement_action="deny"' in line):
+            total += float(line.rsplit(" ", 1)[1])
+    return int(total)
+
+
+def dry_run_eviction(core_v1, name):
+    """(HTTP status, message) of a server-side dry-run eviction of pod ``name`` (nothing is evicted)."""
+    body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": NS}}
+    try:
+        resp = core_v1.create_namespaced_pod_eviction(name, NS, body, dry_run="All", _preload_content=False)
+        return resp.status, ""
+    except client.ApiException as exc:
+        return exc.status, (json.loads(exc.body or "{}") or {}).get("message")
+
+
 def events(core_v1, node):
     return [
         e
@@ -138,11 +183,21 @@ def test_terminating_gpu_pod_blocks_host_work_until_timeout(core_v1, kubeconfig,
     policy = {"npuPodDeletion": {"timeoutSeconds": 6}, "maxUnavailable": "100%"}
     t0 = time.monotonic()
     res = upgrade(kubeconfig, node, "prepare", target_version="550.90.07", policy=policy)
+    took = time.monotonic() - t0
     assert res.get("failed"), res
     assert res.get("state") != "pod-restart-required"
     assert "gpu-drv/ckpt-writer" in res["msg"] and "podDeletion.timeoutSeconds=6" in res["msg"], res["msg"]
     assert "terminating" in res["msg"]
-    assert time.monotonic() - t0 < 60
+    # The module's own record of the wait: it entered the pod-deletion step, waited there for the
+    # timeout (its transition times, whole seconds) and then failed -- not at once, and not past a
+    # retry of the step. The pod's 900 s grace is not what ended it: the pod is still there, terminating.
+    steps = [(t["from"], t["to"]) for t in res["transitions"]]
+    assert steps[-2:] == [(steps[-2][0], "pod-deletion-required"), ("pod-deletion-required", "upgrade-failed")], steps
+    entered, failed = (iso_seconds(t["time"]) for t in res["transitions"][-2:])
+    assert failed - entered >= 6 - 1, res["transitions"]
+    held = core_v1.read_namespaced_pod("ckpt-writer", NS)
+    assert held.metadata.deletion_timestamp and held.metadata.finalizers == ["npuops.io/it-hold"], held.metadata
+    print("terminating pod: the step waited %.0fs by its transitions; whole run %.1fs" % (failed - entered, took))
     n = core_v1.read_node(node)
     assert n.metadata.labels[STATE] == "upgrade-failed" and not n.spec.unschedulable
     # once the pod is really gone, the retry goes on to host work
@@ -320,15 +375,35 @@ def test_admission_policy_refusing_an_eviction_aborts_and_restores(
     adm.create_validating_admission_policy(vap)
     adm.create_validating_admission_policy_binding(binding)
     try:
-        time.sleep(3)  # the apiserver loads policies asynchronously
+        # the apiserver loads policies asynchronously: in force once a dry-run eviction is denied by it
+        (pod,) = [p.metadata.name for p in core_v1.list_namespaced_pod(NS, label_selector="app=" + name).items]
+        poll("policy %s in force (dry-run eviction of %s denied)" % (name, pod),
+             lambda: (lambda r: (r[0] >= 400 and "must not be evicted by automation" in (r[1] or ""), r))(
+                 dry_run_eviction(core_v1, pod)), timeout=60)
         policy = {"npuPodDeletion": {"timeoutSeconds": 0}, "maxUnavailable": "100%"}
         # check mode names the refusal before anything happens (server-side dry-run eviction)
         res = upgrade(kubeconfig, node, "status", policy={"drain": {"enable": True}})
         assert any(name in k for k in res["refused_evictions"]), res
+        # timeoutSeconds 0 = forever, yet a refusal is not retried: the step asks the Eviction API
+        # exactly once (the policy's own deny counter in the apiserver), then fails. A retrying step
+        # would never end: watch the counter while it runs and fail at the second denial.
+        before = policy_denials(api_client, name)
+        out = {}
         t0 = time.monotonic()
-        res = upgrade(kubeconfig, node, "prepare", target_version="550.90.07", policy=policy)
+        call = threading.Thread(target=lambda: out.update(
+            res=upgrade(kubeconfig, node, "prepare", target_version="550.90.07", policy=policy)), daemon=True)
+        call.start()
+        seen = poll("prepare ended after one denied eviction",
+                    lambda: (lambda n: (not call.is_alive() or n - before > 1, n - before))(
+                        policy_denials(api_client, name)), timeout=300, every=0.2)
+        assert seen <= 1 and not call.is_alive(), "the refused eviction was retried: %d denials so far" % seen
+        call.join()
+        assert policy_denials(api_client, name) - before == 1, "eviction calls denied by %s: want exactly 1" % name
+        print("refused eviction: 1 call, prepare ended after %.1fs" % (time.monotonic() - t0))
+        assert "res" in out, "the prepare call raised instead of returning a result"
+        res = out["res"]
         assert res.get("failed"), res
-        assert time.monotonic() - t0 < 60  # timeoutSeconds 0 = forever, yet a refusal is not retried
+        assert "not retried" in res["msg"], res["msg"]
         assert "must not be evicted by automation" in res["msg"] and name in res["msg"], res["msg"]
         n = core_v1.read_node(node)
         assert n.metadata.labels[STATE] == "upgrade-failed"

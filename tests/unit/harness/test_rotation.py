@@ -34,61 +34,76 @@ def test_every_slot_gets_a_share():
     assert sum(counts) == 60 and min(counts) >= 10, counts
 
 
-def test_without_a_record_the_commit_count_picks_the_slot():
-    assert [rotation.choose(IDS, 3, {}, c) for c in (0, 1, 2, 3, 4)] == [0, 1, 2, 0, 1]
+def test_without_a_record_the_counter_picks_the_slot():
+    assert [rotation.choose(3, {0, 1, 2}, {}, c) for c in (0, 1, 2, 3, 4)] == [0, 1, 2, 0, 1]
 
 
-def test_the_slot_with_the_test_run_least_recently_comes_first():
-    seen = {i: {"ran_ts": 1000.0} for i in IDS}
-    one = next(i for i in IDS if rotation.slot(i, 3) == 2)
-    seen[one] = {"ran_ts": 10.0}
-    assert rotation.choose(IDS, 3, seen, counter=0) == 2
-    # a test never seen (new, or renamed) is staler than any
-    new = next("tests/integration/test_new.py::t%d" % k for k in range(50)
-               if rotation.slot("tests/integration/test_new.py::t%d" % k, 3) == 1)
-    assert rotation.choose(IDS + [new], 3, seen, counter=0) == 1
+def test_the_slot_completed_longest_ago_comes_first_and_a_never_completed_one_before_it():
+    assert rotation.choose(3, {0, 1, 2}, {"0": 300.0, "1": 100.0, "2": 200.0}, counter=0) == 1
+    assert rotation.choose(3, {0, 1, 2}, {"0": 300.0, "2": 200.0}, counter=0) == 1
+    # an empty slot (no test hashes to it) is never chosen
+    assert rotation.choose(3, {0, 2}, {"0": 300.0, "2": 200.0}, counter=1) == 2
 
 
-def test_three_runs_recorded_in_turn_cover_every_test():
-    seen: dict = {}
+def test_three_complete_runs_cover_every_test_and_new_tests_do_not_stall_the_rotation():
+    slots: dict = {}
+    ids = list(IDS)
     ran = set()
-    for t, counter in ((100.0, 7), (200.0, 7), (300.0, 7)):  # the same commit count: the record decides
-        r = rotation.choose(IDS, 3, seen, counter)
-        for i in IDS:
-            if rotation.slot(i, 3) == r:
-                seen[i] = {"ran_ts": t}
-                ran.add(i)
-    assert ran == set(IDS)
+    picks = []
+    for t in (100.0, 200.0, 300.0, 400.0, 500.0, 600.0):
+        r = rotation.choose(3, {rotation.slot(i, 3) for i in ids}, slots, counter=7)
+        picks.append(r)
+        ran |= {i for i in ids if rotation.slot(i, 3) == r}
+        slots[str(r)] = t
+        # every landing adds a test to slot 0: the rotation moves on all the same
+        ids.append(next("tests/integration/test_new.py::t%d" % k for k in range(500)
+                        if rotation.slot("tests/integration/test_new.py::t%d" % k, 3) == 0
+                        and "tests/integration/test_new.py::t%d" % k not in ids))
+    assert ran >= set(IDS)
+    assert sorted(picks[:3]) == [0, 1, 2] and picks[3:] == picks[:3], picks
 
 
-def test_stalest_cases_never_run_first_then_oldest():
+def test_stalest_cases_never_run_first_then_oldest_and_a_failure_is_repeated():
     names = ["a", "b", "c", "d", "e"]
     assert rotation.stalest(names, 2, {}, 0) == ["a", "b"]
     assert rotation.stalest(names, 2, {}, 1) == ["c", "d"]
-    seen = {"a": {"ran_ts": 5}, "b": {"ran_ts": 5}, "c": {"ran_ts": 1}, "d": {"ran_ts": 9}, "e": {"ran_ts": 9}}
+    ok = "passed"
+    seen = {"a": {"ran_ts": 5, "outcome": ok}, "b": {"ran_ts": 5, "outcome": ok}, "c": {"ran_ts": 1, "outcome": ok},
+            "d": {"ran_ts": 9, "outcome": ok}, "e": {"ran_ts": 9, "outcome": ok}}
     assert rotation.stalest(names, 2, seen, 0) == ["a", "c"]
+    seen["e"] = {"ran_ts": 9, "outcome": "failed"}
+    assert rotation.stalest(names, 2, seen, 0) == ["c", "e"]
     assert rotation.stalest(names, 9, seen, 0) == names
 
 
 def test_record_round_trip_and_markdown(tmp_path):
     path = tmp_path / "rec.json"
     data = rotation.load(path)
-    assert data == {"lab": {}, "faults": {}, "runs": []}
+    assert data == {"lab": {}, "faults": {}, "runs": [], "slots": {}}
     rotation.note_result(data, "lab", "t.py::x", "failed", 0.0, "abc", "1/3")
     rotation.note_result(data, "lab", "t.py::y", "passed", 86400.0, "abc", "1/3")
+    rotation.note_result(data, "lab", "t.py::z", "error", 86400.0, "abc", "1/3")
+    rotation.note_slot(data, 3, 1, 86400.0)
+    data["lab_ids"] = ["t.py::x", "t.py::y", "t.py::z", "t.py::new"]
     rotation.note_run(data, {"when": "w", "kind": "lab", "rotation": "1/3", "commit": "abc", "ran": 2,
-                             "passed": 1, "failed": 1})
+                             "passed": 1, "failed": 2})
     rotation.save(data, path)
     back = rotation.load(path)
     assert back["lab"]["t.py::y"]["passed"] == "1970-01-02 00:00 UTC"
     assert "passed" not in back["lab"]["t.py::x"] and back["lab"]["t.py::x"]["outcome"] == "failed"
+    assert "ran_ts" not in back["lab"]["t.py::z"]  # a setup error did not run the test
+    assert back["slots"] == {"3": {"1": 86400.0}}
     md = rotation.render(back, 3)
     assert "| `t.py::x` | %d | 1970-01-01 00:00 UTC | failed | 1/3 | abc | never |" % rotation.slot("t.py::x", 3) in md
-    assert "| w | lab | 1/3 | abc | 2 | 1 | 1 |" in md
+    assert "| `t.py::new` | %d | never | - | - | - | never |" % rotation.slot("t.py::new", 3) in md
+    assert "| `t.py::z` | %d | never | error | 1/3 | abc | never |" % rotation.slot("t.py::z", 3) in md
+    assert "Slots, last complete run: 0: never, 1: 1970-01-02 00:00 UTC, 2: never." in md
+    assert "4 lab tests known, 3 never passed on this machine: `t.py::new`, `t.py::x`, `t.py::z`" in md
+    assert "| w | lab | 1/3 | abc | 2 | 1 | 2 |" in md
 
 
 @pytest.mark.parametrize("text", ["", "[]", "{not json", '{"lab": [], "runs": {}}'])
 def test_a_broken_record_reads_as_empty(tmp_path, text):
     path = tmp_path / "rec.json"
     path.write_text(text)
-    assert rotation.load(path) == {"lab": {}, "faults": {}, "runs": []}
+    assert rotation.load(path) == {"lab": {}, "faults": {}, "runs": [], "slots": {}}

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -23,6 +22,27 @@ HOLDER = (
     "print('locked', flush=True)\n"
     "select.select([sys.stdin], [], [], float(sys.argv[2]))\n"
 )
+
+
+class FakeClock:
+    """``clock``/``sleep`` for wait_for_locks: time moves only when it sleeps; ``at={t: fn}`` runs ``fn``
+    once the clock has reached ``t`` (a real lock released at a known point of the wait)."""
+
+    def __init__(self, at=None):
+        self.now = 100.0
+        self.start = self.now
+        self.sleeps = []
+        self.at = dict(at or {})
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.sleeps.append(seconds)
+        self.now += seconds
+        for t in sorted(self.at):
+            if self.now - self.start >= t:
+                self.at.pop(t)()
 
 
 def fixture_blocks():
@@ -178,12 +198,14 @@ def test_held_lock_names_pid_and_full_cmdline(tmp_path, holder):
     other = tmp_path / "lock"
     other.write_text("")
     proc, argv = holder(lock)
-    t0 = time.monotonic()
-    res = dpkg_lock.wait_for_locks([str(lock), str(other)], timeout=0.4, poll=0.05)
-    assert time.monotonic() - t0 >= 0.4
-    assert res["free"] is False and res["waited"] >= 0.4
+    clock = FakeClock()
+    # poll and timeout exact in binary: the clock's sum is exact too
+    res = dpkg_lock.wait_for_locks([str(lock), str(other)], timeout=0.5, poll=0.125, clock=clock, sleep=clock.sleep)
+    # It polled the real lock every 0.125 s of its clock until the whole timeout was spent, then gave up.
+    assert res["free"] is False and res["waited"] == 0.5, (res, clock.sleeps)
+    assert clock.sleeps == [0.125] * 4, clock.sleeps
     assert res["holders"] == [{"lock": str(lock), "pid": proc.pid, "cmdline": " ".join(argv)}]
-    msg = dpkg_lock.timeout_message(res["holders"], res["waited"], 0.4)
+    msg = dpkg_lock.timeout_message(res["holders"], res["waited"], 0.5)
     assert str(proc.pid) in msg and " ".join(argv) in msg and str(lock) in msg
     # The holder was not disturbed (nothing killed) and the probe took no lock of its own.
     assert proc.poll() is None
@@ -207,11 +229,17 @@ def test_probe_never_keeps_the_lock(tmp_path):
 
 def test_wait_returns_free_once_the_holder_exits(tmp_path, holder):
     lock = tmp_path / "lock"
-    proc, _argv = holder(lock, seconds=0.5)  # releases by exiting after half a second
-    res = dpkg_lock.wait_for_locks([str(lock)], timeout=20, poll=0.05)
+    proc, _argv = holder(lock)
+
+    def release():  # the holder exits (apt finished) half a second into the wait, by the wait's clock
+        proc.stdin.close()
+        proc.wait(10)
+
+    clock = FakeClock(at={0.5: release})
+    res = dpkg_lock.wait_for_locks([str(lock)], timeout=20, poll=0.125, clock=clock, sleep=clock.sleep)
     assert res["free"] is True and res["holders"] == []
-    assert 0.2 <= res["waited"] < 20
-    proc.wait(10)
+    # free on the first pass after the release: it neither returned early nor waited for the timeout
+    assert res["waited"] == 0.5 and clock.sleeps == [0.125] * 4, (res, clock.sleeps)
 
 
 def test_proc_locks_fallback(tmp_path, holder, monkeypatch):

@@ -207,3 +207,72 @@ def test_preflight_names_the_pdb_for_a_ready_pod(node_upgrade, case, phase, poli
     assert res["would_evict"] == ["gpu-drv/pending", "gpu-drv/ready"]
     assert res["blocking_pdbs"] == [GUARD_DETAIL]
     assert res["refused_evictions"] == {}
+
+
+# --- pdbs_at_risk: free now only because not Ready yet; would refuse once Ready (a warning) ---
+SHORT = "gpu-drv/guard (minAvailable=1, currentHealthy=0, desiredHealthy=1, disruptionsAllowed=0)"
+ONCE_READY = ": refuses its eviction once it is Ready (disruptionsAllowed would stay 0)"
+
+AT_RISK = [
+    # budget short without it: once it is Ready, currentHealthy 1 = desiredHealthy 1, still 0 allowed
+    ("pending-short", trainer(phase="Pending", ready=False), [guard(current=0)], [SHORT + ONCE_READY]),
+    # budget met without it: once Ready there is one disruption to spare
+    ("pending-met", trainer(phase="Pending", ready=False), [guard(current=1)], []),
+    ("alwaysallow-unready-short", trainer(ready=False), [guard(policy="AlwaysAllow", current=1, desired=2)],
+     ["gpu-drv/guard (minAvailable=2, unhealthyPodEvictionPolicy=AlwaysAllow, currentHealthy=1, "
+      "desiredHealthy=2, disruptionsAllowed=0)" + ONCE_READY]),
+    # refused now already (IfHealthyBudget, budget short): blocking_pdbs names it, not this list
+    ("ifhealthy-unready-short", trainer(ready=False), [guard(current=1, desired=2)], []),
+    ("succeeded", trainer(phase="Succeeded", ready=False), [guard(current=0)], []),
+    ("terminating-unready", trainer(ready=False, deleting=True), [guard(current=0)], []),
+    ("ready", trainer(), [guard()], []),
+    ("pending-two-pdbs", trainer(phase="Pending", ready=False), [guard(current=1), guard(name="g2", current=1)],
+     ["gpu-drv/g2 (minAvailable=1, currentHealthy=1, desiredHealthy=1, disruptionsAllowed=0): covered by 2 "
+      "PodDisruptionBudgets: refused (500) once it starts",
+      "gpu-drv/guard (minAvailable=1, currentHealthy=1, desiredHealthy=1, disruptionsAllowed=0): covered by 2 "
+      "PodDisruptionBudgets: refused (500) once it starts"]),
+]
+
+
+@pytest.mark.parametrize("case,p,pdbs,details", AT_RISK, ids=[c[0] for c in AT_RISK])
+def test_pdbs_at_risk_name_what_would_refuse_once_the_pod_is_ready(case, p, pdbs, details):
+    assert [e["detail"] for e in drain.pdbs_at_risk(pdbs, [p])] == details
+    assert all(e["pods"] == ["gpu-drv/trainer-1"] for e in drain.pdbs_at_risk(pdbs, [p]))
+
+
+def test_status_warns_of_a_pending_pod_its_pdb_would_refuse_once_ready(one_shot_waits):
+    nodes = [make_node("n%d" % i, gpu_labels()) for i in range(4)]
+    c = FakeCluster(nodes, [trainer(phase="Pending", ready=False)], [guard(current=0)])
+    up = NodeUpgrade(None, NV, parse_policy({"drain": {"enable": True}}), "n1", target_version="550.90.07",
+                     core=c, policy_api=c)
+    res = up.run("status", None)
+    assert res["blocking_pdbs"] == [] and res["refused_evictions"] == {}
+    assert res["pdbs_at_risk"] == [SHORT + ONCE_READY]
+    assert up.warnings == [
+        "node n1: PodDisruptionBudget gpu-drv/guard lets gpu-drv/trainer-1 go now only because not Ready yet; "
+        "once Ready it would refuse the drain's eviction (the drain then waits up to its timeout)"]
+
+
+def test_a_drain_timeout_judges_the_pods_as_they_are_at_the_timeout():
+    """A pod Pending when the step began and Ready by its timeout: the PDB refusing it now is named;
+    a pod replaced under the same name (other uid) is not judged; an unreadable node keeps the step's copies."""
+    nodes = [make_node("n%d" % i, gpu_labels()) for i in range(4)]
+    started = trainer()  # Running and Ready now
+    c = FakeCluster(nodes, [started], [guard()])
+    up = NodeUpgrade(None, NV, parse_policy({}), "n1", target_version="550.90.07", core=c, policy_api=c)
+    seen = {"gpu-drv/trainer-1": trainer(phase="Pending", ready=False)}  # what the step read
+    assert seen["gpu-drv/trainer-1"]["metadata"]["uid"] == started["metadata"]["uid"]
+    now = up._still_there(["gpu-drv/trainer-1"], seen)
+    assert [p["status"]["phase"] for p in now] == ["Running"]
+    assert [e["pdb"] for e in drain.blocking_from_items([guard()], now)] == ["gpu-drv/guard"]
+    assert drain.blocking_from_items([guard()], list(seen.values())) == []  # the stale copy named none
+    other = {"gpu-drv/trainer-1": dict(seen["gpu-drv/trainer-1"], metadata=dict(
+        seen["gpu-drv/trainer-1"]["metadata"], uid="another"))}
+    assert up._still_there(["gpu-drv/trainer-1"], other) == []
+
+    class Down:
+        def list_pod_for_all_namespaces(self, **_):
+            raise ApiException(status=403, reason="Forbidden")
+
+    up.core = Down()
+    assert up._still_there(["gpu-drv/trainer-1"], seen) == [seen["gpu-drv/trainer-1"]]
