@@ -288,7 +288,7 @@ pdbs_at_risk:
   description:
     - O(phase=status) only - PDBs that let a pod go now only because it is Pending or not Ready yet, and
       would refuse its eviction once it is Ready (its PDB's disruptionsAllowed stays 0 with it healthy, or
-      two PDBs cover it) - as it may be by the time the drain reaches it. A warning, not a refusal: the
+      two PDBs cover it) - as it may be by the time the drain reaches it. A warning, not a refusal - the
       preflight goes on (a pod stuck Pending or unready still goes at the drain); each is also a module
       warning. Entries as RV(blocking_pdbs) with the reason appended.
   returned: always
