@@ -48,8 +48,8 @@ class CountingCore:
     def create_namespaced_pod_eviction(self, name, namespace, body, **kw):
         self.evictions.append((name, kw.get("dry_run")))
         if len(self.evictions) > self.limit:
-            pytest.fail("%d eviction calls, at most %d expected: %s" % (len(self.evictions), self.limit,
-                                                                         self.evictions))
+            pytest.fail("%d eviction calls, at most %d expected: %s"
+                        % (len(self.evictions), self.limit, self.evictions))
         return self._core.create_namespaced_pod_eviction(name, namespace, body, **kw)
 
     def __getattr__(self, name):
@@ -214,9 +214,14 @@ def workloads(lab, evict_node):
             return found
 
         pods = wait("the 3 pods Running on %s" % evict_node, running)
+
         # The policy takes effect once the apiserver's policy cache has it: wait for the dry run to say so.
-        poll("admission policy in force (dry-run eviction of %s refused with 403)" % names["frozen"],
-             lambda: (lambda r: (r[0] == 403, r))(raw_dry_run(core, pods["frozen"])), timeout=30)
+        def refused():
+            r = raw_dry_run(core, pods["frozen"])
+            return r[0] == 403, r
+
+        poll("admission policy in force (dry-run eviction of %s refused with 403)" % names["frozen"], refused,
+             timeout=30)
         yield dict(pods, policy_message=message)
     finally:
         for kind, what in reversed(made):

@@ -102,7 +102,7 @@ def _ready(p: dict[str, Any]) -> bool:
 def _set_status(core: Any, ns: str, name: str, state: str) -> None:
     """Write ``state`` to the pod's status subresource (read-modify-replace, retried on conflict)."""
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    for _ in range(5):
+    for _attempt in range(5):
         p = _read(core, ns, name)
         status = copy.deepcopy(p["status"])
         if state == "pending":
@@ -240,7 +240,7 @@ def judged(core_v1, policy_v1):
             seen = {names[k]: _state_now(p) for k, p in pods.items()}
             return all(seen[names[k]] == states[k] for k in names), (pods, seen)
 
-        pods, _ = _wait_seen("every pod in its state (%s)" % {names[k]: states[k] for k in names}, states_held)
+        pods, _seen = _wait_seen("every pod in its state (%s)" % {names[k]: states[k] for k in names}, states_held)
         yield {"ns": ns, "pods": pods}
     finally:
         for name in names.values():

@@ -377,9 +377,12 @@ def test_admission_policy_refusing_an_eviction_aborts_and_restores(
     try:
         # the apiserver loads policies asynchronously: in force once a dry-run eviction is denied by it
         (pod,) = [p.metadata.name for p in core_v1.list_namespaced_pod(NS, label_selector="app=" + name).items]
-        poll("policy %s in force (dry-run eviction of %s denied)" % (name, pod),
-             lambda: (lambda r: (r[0] >= 400 and "must not be evicted by automation" in (r[1] or ""), r))(
-                 dry_run_eviction(core_v1, pod)), timeout=60)
+
+        def denied():
+            r = dry_run_eviction(core_v1, pod)
+            return r[0] >= 400 and "must not be evicted by automation" in (r[1] or ""), r
+
+        poll("policy %s in force (dry-run eviction of %s denied)" % (name, pod), denied, timeout=60)
         policy = {"npuPodDeletion": {"timeoutSeconds": 0}, "maxUnavailable": "100%"}
         # check mode names the refusal before anything happens (server-side dry-run eviction)
         res = upgrade(kubeconfig, node, "status", policy={"drain": {"enable": True}})
@@ -393,9 +396,12 @@ def test_admission_policy_refusing_an_eviction_aborts_and_restores(
         call = threading.Thread(target=lambda: out.update(
             res=upgrade(kubeconfig, node, "prepare", target_version="550.90.07", policy=policy)), daemon=True)
         call.start()
-        seen = poll("prepare ended after one denied eviction",
-                    lambda: (lambda n: (not call.is_alive() or n - before > 1, n - before))(
-                        policy_denials(api_client, name)), timeout=300, every=0.2)
+
+        def ended_or_retried():
+            n = policy_denials(api_client, name) - before
+            return not call.is_alive() or n > 1, n
+
+        seen = poll("prepare ended after one denied eviction", ended_or_retried, timeout=300, every=0.2)
         assert seen <= 1 and not call.is_alive(), "the refused eviction was retried: %d denials so far" % seen
         call.join()
         assert policy_denials(api_client, name) - before == 1, "eviction calls denied by %s: want exactly 1" % name
