@@ -246,9 +246,10 @@ def _realpkg_cached(dset: str) -> bool:
 
 def _realpkg_pick(items, record, counter):
     """NPUOPS_REALPKG=auto (`make test`): one real-package test of those whose image is cached, the one
-    run least recently, when the run has budget left: started less than NPUOPS_REALPKG_START_BY
-    seconds (default 2700) after `make test` began (NPUOPS_TEST_T0, set by scripts/test.sh), since each
-    takes 5-9 minutes with its real DKMS build. -> (kept items, one line saying why)."""
+    run least recently (a failed one first), when the run has budget left: collected (and so started:
+    it runs first) less than NPUOPS_REALPKG_START_BY seconds (default 2700) after `make test` began
+    (NPUOPS_TEST_T0, set by scripts/test.sh), since each takes 4-9 minutes with its real DKMS build.
+    -> (kept items, one line saying why)."""
     if not items:
         return [], "no real-package tests collected"
     t0 = float(os.environ.get("NPUOPS_TEST_T0") or time.time())
