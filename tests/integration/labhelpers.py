@@ -29,6 +29,35 @@ def wait(what: str, fn: Callable[[], Any], timeout: float = 60, poll: float = 0.
     raise AssertionError("timed out after %ss: %s" % (timeout, what))
 
 
+def poll(what: str, probe: Callable[[], tuple[bool, Any]], timeout: float = 60, every: float = 0.5) -> Any:
+    """Poll ``probe() -> (done, seen)`` until done (returns seen); at the deadline fail the test with
+    the last seen."""
+    import pytest
+
+    deadline = time.monotonic() + timeout
+    while True:
+        done, seen = probe()
+        if done:
+            return seen
+        if time.monotonic() > deadline:
+            pytest.fail("%s: not after %ss; last seen: %r" % (what, timeout, seen))
+        time.sleep(every)
+
+
+def dry_run_eviction(core_v1: Any, pod: dict[str, Any]) -> tuple[int, str]:
+    """(HTTP status, message) of a server-side dry-run eviction of pod dict ``pod`` (``metadata`` with
+    name and namespace), as the server answers it: nothing is evicted."""
+    meta = pod["metadata"]
+    body = {"apiVersion": "policy/v1", "kind": "Eviction",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]}}
+    try:
+        resp = core_v1.create_namespaced_pod_eviction(meta["name"], meta["namespace"], body, dry_run="All",
+                                                      _preload_content=False)
+        return resp.status, ""
+    except client.ApiException as exc:
+        return exc.status, (json.loads(exc.body or "{}") or {}).get("message") or ""
+
+
 def gone(fn: Callable[..., Any], *args: Any) -> None:
     """Call a delete and accept 404 (already gone)."""
     try:

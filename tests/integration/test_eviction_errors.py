@@ -20,7 +20,7 @@ import uuid
 
 import pytest
 from kubernetes import client, config
-from labhelpers import create_kwok_nodes, delete_nodes, gone, wait
+from labhelpers import create_kwok_nodes, delete_nodes, dry_run_eviction, gone, poll, wait
 
 from ansible_collections.npuops.fleet.plugins.module_utils import drain
 
@@ -54,35 +54,6 @@ class CountingCore:
 
     def __getattr__(self, name):
         return getattr(self._core, name)
-
-
-def poll(what, probe, timeout):
-    """Poll ``probe() -> (done, seen)`` every 0.5 s until done; at the deadline fail with the last seen."""
-    deadline = time.monotonic() + timeout
-    while True:
-        done, seen = probe()
-        if done:
-            return seen
-        if time.monotonic() > deadline:
-            pytest.fail("%s: not after %ss; last seen: %r" % (what, timeout, seen))
-        time.sleep(0.5)
-
-
-def raw_dry_run(core_v1, p):
-    """(HTTP status, message) of a dry-run eviction of pod dict ``p``, as the server answers it."""
-    meta = p["metadata"]
-    body = {
-        "apiVersion": "policy/v1",
-        "kind": "Eviction",
-        "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-    }
-    try:
-        resp = core_v1.create_namespaced_pod_eviction(
-            meta["name"], meta["namespace"], body, dry_run="All", _preload_content=False
-        )
-        return resp.status, ""
-    except client.ApiException as exc:
-        return exc.status, json.loads(exc.body).get("message")
 
 
 @pytest.fixture(scope="module")
@@ -217,7 +188,7 @@ def workloads(lab, evict_node):
 
         # The policy takes effect once the apiserver's policy cache has it: wait for the dry run to say so.
         def refused():
-            r = raw_dry_run(core, pods["frozen"])
+            r = dry_run_eviction(core, pods["frozen"])
             return r[0] == 403, r
 
         poll("admission policy in force (dry-run eviction of %s refused with 403)" % names["frozen"], refused,
@@ -248,7 +219,7 @@ def test_two_pdbs_end_the_eviction_at_once(lab, workloads):
     core_v1 = client.CoreV1Api(lab)
     p = workloads["two_pdbs"]
     ref = "%s/%s" % (NS, p["metadata"]["name"])
-    assert raw_dry_run(core_v1, p) == (500, drain.MULTIPLE_PDBS_MESSAGE)
+    assert dry_run_eviction(core_v1, p) == (500, drain.MULTIPLE_PDBS_MESSAGE)
 
     core = CountingCore(core_v1)
     assert drain.probe_evictions(core, [p]) == {ref: drain.MULTIPLE_PDBS_MESSAGE + " (HTTP 500)"}
@@ -275,7 +246,7 @@ def test_admission_policy_denial_ends_the_eviction_at_once(lab, workloads):
     core_v1 = client.CoreV1Api(lab)
     p = workloads["frozen"]
     ref = "%s/%s" % (NS, p["metadata"]["name"])
-    status, message = raw_dry_run(core_v1, p)
+    status, message = dry_run_eviction(core_v1, p)
     assert status == 403 and workloads["policy_message"] in message
 
     core = CountingCore(core_v1)
@@ -315,7 +286,7 @@ def test_rbac_denial_ends_the_eviction_at_once(lab, workloads, sa_kubeconfig):
 def test_dry_run_is_accepted_and_changes_nothing_then_a_real_eviction_goes_through(lab, workloads, evict_node):
     core_v1 = client.CoreV1Api(lab)
     p = workloads["free"]
-    assert raw_dry_run(core_v1, p)[0] in (200, 201)
+    assert dry_run_eviction(core_v1, p)[0] in (200, 201)
     assert drain.probe_evictions(core_v1, [p]) == {}
     assert still_there(core_v1, p)
     # Last test of the module: the Deployment replaces the pod (new uid, same node), the old uid leaves.
@@ -371,7 +342,7 @@ def test_empty_selector_pdb_counts_for_the_apiserver_too(lab, evict_node, own_na
         ref = "%s/solo" % ns
         # Ours: {} covers the pod, so two PDBs do; the apiserver agrees (its multiple-PDB answer).
         assert drain.pdbs_covering(policy, [p]) == {ref: ["%s/solo" % ns, "%s/total" % ns]}
-        assert raw_dry_run(core_v1, p) == (500, drain.MULTIPLE_PDBS_MESSAGE)
+        assert dry_run_eviction(core_v1, p) == (500, drain.MULTIPLE_PDBS_MESSAGE)
         assert list(drain.probe_evictions(core_v1, [p])) == [ref]
     finally:
         gone(core_v1.delete_namespaced_pod, "solo", ns)

@@ -27,7 +27,7 @@ from typing import Any, Optional
 
 import pytest
 from kubernetes import client
-from labhelpers import create_kwok_nodes, delete_nodes, gone, wait
+from labhelpers import create_kwok_nodes, delete_nodes, dry_run_eviction, gone, wait
 
 from ansible_collections.npuops.fleet.plugins.module_utils import drain
 
@@ -141,23 +141,6 @@ def _state_now(p: dict[str, Any]) -> str:
     return "ready" if _ready(p) else "unready"
 
 
-def raw_dry_run(core: Any, p: dict[str, Any]) -> tuple[int, str]:
-    """(HTTP status, message) of a dry-run eviction of pod dict ``p``, as the server answers it."""
-    meta = p["metadata"]
-    body = {
-        "apiVersion": "policy/v1",
-        "kind": "Eviction",
-        "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-    }
-    try:
-        resp = core.create_namespaced_pod_eviction(
-            meta["name"], meta["namespace"], body, dry_run="All", _preload_content=False
-        )
-        return resp.status, ""
-    except client.ApiException as exc:
-        return exc.status, json.loads(exc.body).get("message") or ""
-
-
 def _wait_seen(what: str, fn: Any, timeout: float = DEADLINE) -> Any:
     """Poll ``fn`` -> (ok, seen) until ok; the failure names what was seen last."""
     t0, seen = time.monotonic(), None
@@ -261,7 +244,7 @@ CASES = [(g["name"], role, status) for g in GROUPS for role, status in g["expect
 def test_blocking_pdbs_agree_with_the_apiserver(judged, core_v1, policy_v1, group, role, status):
     ns, p = judged["ns"], judged["pods"][(group, role)]
     ref = "%s/%s" % (ns, p["metadata"]["name"])
-    code, message = raw_dry_run(core_v1, p)
+    code, message = dry_run_eviction(core_v1, p)
     assert code == status, (code, message, p["status"].get("phase"), p["status"].get("conditions"))
     found = drain.blocking_pdbs(policy_v1, [p])
     expected = [("%s/%s" % (ns, group), [ref])] if status == 429 else []
@@ -272,8 +255,8 @@ def test_blocking_pdbs_agree_with_the_apiserver(judged, core_v1, policy_v1, grou
 def test_a_pending_pod_under_two_pdbs_goes_and_is_not_named(judged, core_v1, policy_v1):
     ns, pods = judged["ns"], judged["pods"]
     pending, ready = pods[(MULTI, "subject")], pods[(MULTI, "companion")]
-    assert raw_dry_run(core_v1, pending) == (EVICTED, "")
-    assert raw_dry_run(core_v1, ready) == (
+    assert dry_run_eviction(core_v1, pending) == (EVICTED, "")
+    assert dry_run_eviction(core_v1, ready) == (
         500, "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.")
     ref = "%s/%s" % (ns, ready["metadata"]["name"])
     assert drain.multi_pdb_pods(policy_v1, [pending, ready]) == {

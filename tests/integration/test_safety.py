@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from ansible_tasks import run_module
 from kubernetes import client
-from labhelpers import create_kwok_nodes, delete_nodes, driver_labels, ready, wait
+from labhelpers import create_kwok_nodes, delete_nodes, driver_labels, dry_run_eviction, poll, ready, wait
 
 pytestmark = pytest.mark.lab
 
@@ -122,18 +122,6 @@ def rs_owned(core_v1, apps_v1, name, node, replicas=1):
     )
 
 
-def poll(what, probe, timeout=60, every=0.5):
-    """Poll ``probe() -> (done, seen)`` until done (returns seen); at the deadline fail with the last seen."""
-    deadline = time.monotonic() + timeout
-    while True:
-        done, seen = probe()
-        if done:
-            return seen
-        if time.monotonic() > deadline:
-            pytest.fail("%s: not after %ss; last seen: %r" % (what, timeout, seen))
-        time.sleep(every)
-
-
 def iso_seconds(stamp):
     """Seconds since the epoch of a transition record's time (``%Y-%m-%dT%H:%M:%SZ``)."""
     from datetime import datetime, timezone
@@ -155,16 +143,6 @@ def policy_denials(api_client, policy):
                 and 'policy="%s"' % policy in line and 'enforcement_action="deny"' in line):
             total += float(line.rsplit(" ", 1)[1])
     return int(total)
-
-
-def dry_run_eviction(core_v1, name):
-    """(HTTP status, message) of a server-side dry-run eviction of pod ``name`` (nothing is evicted)."""
-    body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": NS}}
-    try:
-        resp = core_v1.create_namespaced_pod_eviction(name, NS, body, dry_run="All", _preload_content=False)
-        return resp.status, ""
-    except client.ApiException as exc:
-        return exc.status, (json.loads(exc.body or "{}") or {}).get("message")
 
 
 def events(core_v1, node):
@@ -379,7 +357,7 @@ def test_admission_policy_refusing_an_eviction_aborts_and_restores(
         (pod,) = [p.metadata.name for p in core_v1.list_namespaced_pod(NS, label_selector="app=" + name).items]
 
         def denied():
-            r = dry_run_eviction(core_v1, pod)
+            r = dry_run_eviction(core_v1, {"metadata": {"name": pod, "namespace": NS}})
             return r[0] >= 400 and "must not be evicted by automation" in (r[1] or ""), r
 
         poll("policy %s in force (dry-run eviction of %s denied)" % (name, pod), denied, timeout=60)
