@@ -222,9 +222,11 @@ def eviction_verdict(pod: Mapping[str, Any], pdbs: Iterable[Mapping[str, Any]]) 
     return VERDICT_EVICT, []
 
 
-def list_pdbs(policy_api: Any) -> list[dict[str, Any]]:
-    """Every PodDisruptionBudget of the cluster as dicts (one paginated LIST)."""
-    return k8s_wait.list_raw(policy_api.list_pod_disruption_budget_for_all_namespaces).get("items") or []
+def list_pdbs(policy_api: Any, deadline: Optional[float] = None) -> list[dict[str, Any]]:
+    """Every PodDisruptionBudget of the cluster as dicts (one LIST); transient errors retried until
+    ``deadline`` (monotonic seconds; None: the default retry budget)."""
+    return k8s_wait.list_raw(policy_api.list_pod_disruption_budget_for_all_namespaces,
+                             deadline=deadline).get("items") or []
 
 
 def blocking_pdbs(policy_api: Any, pods: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -253,14 +255,27 @@ def blocking_from_items(pdbs: Iterable[Mapping[str, Any]], pods: Iterable[Mappin
     return found
 
 
+def _sync_failed(pdb: Mapping[str, Any]) -> bool:
+    """The disruption controller could not compute the budget (e.g. a pod owner without a scale
+    subresource) and holds disruptionsAllowed at 0: condition DisruptionAllowed=False, SyncFailed."""
+    return any(c.get("type") == "DisruptionAllowed" and c.get("reason") == "SyncFailed"
+               for c in (pdb.get("status") or {}).get("conditions") or [])
+
+
 def _as_ready(pod: Mapping[str, Any], pdb: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """``pod`` Running and Ready, and ``pdb``'s status as the disruption controller would write it
-    then: one more healthy pod, so disruptionsAllowed = max(0, currentHealthy + 1 - desiredHealthy)."""
+    then (pkg/controller/disruption/disruption.go, updatePdbStatus): one more healthy pod when it was
+    not counted healthy yet, so disruptionsAllowed = max(0, currentHealthy - desiredHealthy) - but 0
+    while the controller counts no expected pod (status.expectedPods <= 0: bare pods under
+    maxUnavailable or a percentage) or could not sync at all (SyncFailed)."""
     started = dict(pod, status=dict(pod.get("status") or {}, phase="Running",
                                     conditions=[{"type": "Ready", "status": "True"}]))
     status = dict(pdb.get("status") or {})
-    current = int(status.get("currentHealthy") or 0) + 1
-    status.update(currentHealthy=current, disruptionsAllowed=max(0, current - int(status.get("desiredHealthy") or 0)))
+    current = int(status.get("currentHealthy") or 0) + (0 if _pod_ready(pod) else 1)
+    expected = status.get("expectedPods")
+    stuck = _sync_failed(pdb) or (expected is not None and int(expected) <= 0)
+    allowed = 0 if stuck else max(0, current - int(status.get("desiredHealthy") or 0))
+    status.update(currentHealthy=current, disruptionsAllowed=allowed)
     return started, dict(pdb, status=status)
 
 
@@ -271,25 +286,36 @@ def pdbs_at_risk(pdbs: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, 
     Pending or unready (a broken driver keeps GPU pods in ContainerCreating) does go at the drain.
 
     Only Pending pods and Running pods that are not Ready are judged (finished and terminating pods
-    never start again; a Ready pod is judged as it is by :func:`blocking_pdbs`), and only those the
-    apiserver would evict now. Returns [{"pdb": "ns/name", "detail": describe_pdb() + why, "pods":
-    ["ns/pod", ...]}] (two PDBs over one pod: one entry per PDB)."""
+    never start again; a Running, Ready pod is judged as it is by :func:`blocking_pdbs`), and only
+    those the apiserver would evict now; the projection is :func:`_as_ready`. Returns [{"pdb":
+    "ns/name", "detail": describe_pdb() + why, "pods": ["ns/pod", ...]}] (two PDBs over one pod: one
+    entry per PDB)."""
     pdbs = list(pdbs)
     found: dict[str, dict[str, Any]] = {}
     for pod in pods:
         meta, status = pod.get("metadata") or {}, pod.get("status") or {}
-        if meta.get("deletionTimestamp") or status.get("phase") not in ("Pending", "Running") or _pod_ready(pod):
+        phase = status.get("phase")
+        if meta.get("deletionTimestamp") or phase not in ("Pending", "Running") or (
+                phase == "Running" and _pod_ready(pod)):
             continue
         if eviction_verdict(pod, pdbs)[0] != VERDICT_EVICT:
             continue  # refused now already: blocking_pdbs / multi_pdb_pods name it
         covering = [pdb for pdb in pdbs if _pdb_covers(pdb, pod)]
         if len(covering) > 1:
-            why = "covered by %d PodDisruptionBudgets: refused (500) once it starts" % len(covering)
-            risky = covering
+            risky = [(pdb, "covered by %d PodDisruptionBudgets: refused (500) once it starts" % len(covering))
+                     for pdb in covering]
         else:
-            risky = [pdb for pdb in covering if pdb_refuses(*_as_ready(pod, pdb))]
-            why = "refuses its eviction once it is Ready (disruptionsAllowed would stay 0)"
-        for pdb in risky:
+            risky = []
+            for pdb in covering:
+                if not pdb_refuses(*_as_ready(pod, pdb)):
+                    continue
+                generation = int((pdb.get("metadata") or {}).get("generation") or 0)
+                if int((pdb.get("status") or {}).get("observedGeneration") or 0) < generation:
+                    why = "refuses its eviction once it is Ready while its status is not yet observed"
+                else:
+                    why = "refuses its eviction once it is Ready (disruptionsAllowed would stay 0)"
+                risky.append((pdb, why))
+        for pdb, why in risky:
             entry = found.setdefault(_ref(pdb), {"pdb": _ref(pdb), "detail": "%s: %s" % (describe_pdb(pdb), why),
                                                  "pods": []})
             entry["pods"].append(pod_ref(pod))

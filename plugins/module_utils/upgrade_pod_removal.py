@@ -41,18 +41,28 @@ class PodRemovalSteps:
                 ).extend(kept)
         return plan
 
-    def _still_there(self, refs: list[str], by_ref: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    def _still_there(self, refs: list[str], by_ref: dict[str, dict[str, Any]],
+                     deadline: Optional[float] = None) -> list[dict[str, Any]]:
         """The pods ``refs`` as they are now (same uid), so that a pod Pending or unready when the step
         began and Ready by its timeout is judged as the apiserver judges it now; the step's own copies
         when the pods cannot be read (the API down at the timeout)."""
         try:
-            # a short budget: the step is failing already, its message must not wait out an outage
-            now = {eviction_rules.pod_ref(p): p
-                   for p in drain.list_node_pods(self.core, self.name, deadline=time.monotonic() + 10)}
+            now = {eviction_rules.pod_ref(p): p for p in drain.list_node_pods(
+                self.core, self.name, deadline=deadline or time.monotonic() + 10)}
         except Exception:  # noqa: BLE001 - any read failure: judge what the step saw
             return [by_ref[r] for r in refs if r in by_ref]
         uid = {r: (by_ref.get(r) or {}).get("metadata", {}).get("uid") for r in refs}
         return [now[r] for r in refs if r in now and now[r]["metadata"].get("uid") == uid[r]]
+
+    def _refusing_now(self, refs: list[str], by_ref: dict[str, dict[str, Any]]) -> Optional[list[dict[str, Any]]]:
+        """The PDBs refusing the pods ``refs`` as they are at a step's timeout, within 10 s (the step is
+        failing already: its message must not wait out an API outage); None when they cannot be read."""
+        deadline = time.monotonic() + 10
+        pods = self._still_there(refs, by_ref, deadline)
+        try:
+            return drain.blocking_from_items(drain.list_pdbs(self.policy_api, deadline=deadline), pods)
+        except Exception:  # noqa: BLE001 - the failure message says they could not be read
+            return None
 
     def _structural_refusals(self, victims: list[dict[str, Any]]) -> dict[str, str]:
         """Pods the Eviction API refuses for a reason no retry changes (several PDBs, an admission
@@ -93,12 +103,14 @@ class PodRemovalSteps:
                     "the API server did not accept evictions until %s=%s (transport errors or 5xx): %s"
                     % (timeout_key, self._secs(timeout), exc)
                 )
-            pdbs = drain.blocking_pdbs(self.policy_api, self._still_there(exc.remaining, by_ref))
-            self.result["blocking_pdbs"] = [p["detail"] for p in pdbs] or self.result["blocking_pdbs"]
+            pdbs = self._refusing_now(exc.remaining, by_ref)
+            if pdbs is not None:
+                self.result["blocking_pdbs"] = [p["detail"] for p in pdbs]
             fail(
                 "evictions refused until %s=%s: PodDisruptionBudgets refusing them now: %s; pods still on "
                 "the node: %s; %s"
-                % (timeout_key, self._secs(timeout), ", ".join(p["pdb"] for p in pdbs) or "none found now",
+                % (timeout_key, self._secs(timeout),
+                   "(could not be read)" if pdbs is None else ", ".join(p["pdb"] for p in pdbs) or "none found now",
                    ", ".join(exc.remaining), exc)
             )
         self.result[result_key].extend(evicted)

@@ -1101,7 +1101,7 @@ def main() -> int:
             print(n, json.dumps(CASES[n]))
         return 0
     record = rotation.load()
-    counter = rotation.commit_count()
+    counter = rotation.counter_now()
     seed = parse_seed(a.seed) if a.seed not in (None, "") else None
     if a.case:
         unknown = [c for c in a.case if c not in CASES]
@@ -1113,9 +1113,13 @@ def main() -> int:
     elif seed is not None:
         selected = select(names, int(a.cases), seed)
     else:
-        selected = rotation.stalest(names, int(a.cases), record.get("faults") or {}, counter)
+        seen = record.get("faults") or {}
+        again = [c for c in rotation.failing(seen) if c in CASES]
+        chosen = set(rotation.stalest(names, int(a.cases), seen, counter)) | set(again)
+        selected = [c for c in names if c in chosen]
     how = ("seed %d (FAULTS_SEED=%d repeats this selection)" % (seed, seed) if seed is not None
-           else "the cases run least recently on this machine (record %s)" % rotation.record_path())
+           else "the cases run least recently on this machine%s (record %s)"
+           % (", and again the ones that failed last" if a.cases != "all" else "", rotation.record_path()))
     log("%s; %d of %d case(s): %s" % (how, len(selected), len(names), " ".join(selected)))
     if a.dry_run:
         return 0
@@ -1149,10 +1153,9 @@ def main() -> int:
         log("=== %s: %s in %.0fs" % (name, "FAIL (%s)" % ", ".join(bad) if bad else "ok", ctx.duration))
         done.append(ctx)
         report(done, how, selected, Path(a.result), out)
-        data = rotation.load()
-        rotation.note_result(data, "faults", name, "failed" if any(ok is False for ok, _d in ctx.result.values())
-                             else "passed", time.time(), rotation.head(), "case")
-        rotation.save(data)
+        with rotation.updating() as data:
+            rotation.note_result(data, "faults", name, "failed" if any(ok is False for ok, _d in ctx.result.values())
+                                 else "passed", time.time(), rotation.head(), "case")
         (out / "result.json").write_text(json.dumps(
             [{"case": c.name, "duration_s": round(c.duration), "runs": [
                 {"label": r.label, "rc": r.rc, "killed": r.killed_at, "dir": str(r.dir)} for r in c.runs],
@@ -1165,12 +1168,12 @@ def main() -> int:
         log("could not remove the %s Deployment/PDB: %s" % (GUARD, e))
     print(report(done, how, selected, Path(a.result), out))
     failed = [c.name for c in done if any(ok is False for ok, _d in c.result.values())]
-    data = rotation.load()
-    rotation.note_run(data, {"when": rotation.now_iso(time.time()), "kind": "faults", "rotation": "%d of %d" % (
-        len(selected), len(names)), "commit": rotation.head(), "ran": len(done), "passed": len(done) - len(failed),
-        "failed": len(failed)})
-    rotation.save(data)
-    (REPO / "tests" / "integration" / "last-rotations.md").write_text(rotation.render(data, 3))
+    with rotation.updating() as data:
+        rotation.note_run(data, {"when": rotation.now_iso(time.time()), "kind": "faults", "rotation": "%d of %d" % (
+            len(selected), len(names)), "commit": rotation.head(), "ran": len(done),
+            "passed": len(done) - len(failed), "failed": len(failed)})
+        rendered = rotation.render(data, 3)
+    (REPO / "tests" / "integration" / "last-rotations.md").write_text(rendered)
     names_failed = ": " + " ".join(failed) if failed else ""
     log("%d case(s), %d failed%s; table: %s" % (len(done), len(failed), names_failed, a.result))
     return 1 if failed else 0

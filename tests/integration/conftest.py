@@ -246,7 +246,8 @@ def _realpkg_cached(dset: str) -> bool:
 
 def _realpkg_pick(items, record, counter):
     """NPUOPS_REALPKG=auto (`make test`): one real-package test of those whose image is cached, the one
-    run least recently (a failed one first), when the run has budget left: collected (and so started:
+    run least recently (one a run, so a failing one cannot starve the others), when the run has budget
+    left: collected (and so started:
     it runs first) less than NPUOPS_REALPKG_START_BY seconds (default 2700) after `make test` began
     (NPUOPS_TEST_T0, set by scripts/test.sh), since each takes 4-9 minutes with its real DKMS build.
     -> (kept items, one line saying why)."""
@@ -266,14 +267,22 @@ def _realpkg_pick(items, record, counter):
     return [it for it in eligible if it.nodeid == pick], "real packages: %s (set %s cached)" % (pick, sets[pick])
 
 
+def _whole_suite(config) -> bool:
+    """The session collected all of tests/integration (no file or node id named): only such a run
+    may count as an attempt of its slot or replace the list of known lab tests."""
+    here = Path(__file__).resolve().parent
+    args = [Path(str(a).split("::")[0]).resolve() for a in config.args] or [Path(str(config.invocation_params.dir))]
+    return all(a == here or here.is_relative_to(a) for a in args)
+
+
 def pytest_collection_modifyitems(config, items):
     """`make test` runs one rotation of the lab tests (NPUOPS_IT_ROTATION=3, set by the Makefile; see
-    rotation.py): a test's slot is sha256(salt + node id) % N, the run takes the slot whose last
-    complete run on this machine is oldest (its record), NPUOPS_IT_SEED=r takes slot r. Unset or 1:
-    all (`make integration`). The real-package tests (test_realpkg.py) are outside the slots: all with
-    NPUOPS_REALPKG=1 (`make test-realpkg`), one whose image is cached with NPUOPS_REALPKG=auto (`make
-    test`, run first so that its budget check holds), none otherwise. Tests are independent (each
-    puts its hosts and Nodes back)."""
+    rotation.py): a test's slot is sha256(salt + node id) % N; the run takes the slot attempted least
+    recently on this machine (its record), NPUOPS_IT_SEED=r slot r, plus every test whose last
+    outcome there was a failure or an error. Unset or 1: all (`make integration`). The real-package
+    tests (test_realpkg.py) are outside the slots: all with NPUOPS_REALPKG=1 (`make test-realpkg`), one
+    whose image is cached with NPUOPS_REALPKG=auto (`make test`, run first so that its budget check
+    holds), none otherwise. Tests are independent (each puts its hosts and Nodes back)."""
     n = int(os.environ.get("NPUOPS_IT_ROTATION") or 1)
     mode = os.environ.get("NPUOPS_REALPKG") or ""
     real = [it for it in items if it.nodeid.split("::")[0].endswith(REALPKG_FILE)]
@@ -292,13 +301,16 @@ def pytest_collection_modifyitems(config, items):
         else:
             slot_runs = (record.get("slots") or {}).get(str(n)) or {}
             r = rotation.choose(n, {rotation.slot(it.nodeid, n) for it in rest}, slot_runs, counter)
-            why = "the slot whose last complete run on this machine is oldest: %s (record %s)" % (
+            why = "the slot attempted least recently on this machine: %s (record %s)" % (
                 rotation.now_iso(float(slot_runs[str(r)])) if str(r) in slot_runs else "never",
                 rotation.record_path())
-        keep = [it for it in rest if rotation.slot(it.nodeid, n) == r]
+        again = set(rotation.failing(record.get("lab") or {}))
+        keep = [it for it in rest if rotation.slot(it.nodeid, n) == r or it.nodeid in again]
         label = "%d/%d" % (r, n)
-        lines.append("lab tests: rotation %s, %d of %d (%s); NPUOPS_IT_SEED=%d repeats it"
-                     % (label, len(keep), len(rest), why, r))
+        repeated = sum(1 for it in keep if rotation.slot(it.nodeid, n) != r)
+        lines.append("lab tests: rotation %s, %d of %d (%s)%s; NPUOPS_IT_SEED=%d repeats it"
+                     % (label, len(keep), len(rest), why,
+                        ", %d of them from other slots as they failed last" % repeated if repeated else "", r))
     if mode == "1":
         kept_real, why_real = real, "real packages: all %d (NPUOPS_REALPKG=1)" % len(real)
     elif mode == "auto":
@@ -308,13 +320,14 @@ def pytest_collection_modifyitems(config, items):
     lines.append(why_real)
     keep = kept_real + keep
     lines += ["  " + it.nodeid for it in keep]
-    config._npuops_rotation = {"label": label, "n": n, "slot": r, "lines": lines, "commit": rotation.head(),
-                               "slotted": {it.nodeid for it in keep if it not in kept_real},
+    slotted = {it.nodeid for it in keep if it not in kept_real}
+    config._npuops_rotation = {"label": label, "n": n, "slot": r if slotted else None, "lines": lines,
+                               "commit": rotation.head(), "whole": _whole_suite(config),
                                "lab_ids": sorted(it.nodeid for it in rest)}
     drop = [it for it in items if it not in keep]
     if drop:
         config.hook.pytest_deselected(items=drop)
-        items[:] = keep
+    items[:] = keep
     sel = REPO / "build" / "test-rotation.txt"
     sel.parent.mkdir(parents=True, exist_ok=True)
     sel.write_text("\n".join(lines) + "\n")
@@ -345,10 +358,9 @@ def pytest_runtest_logreport(report):
         _OUTCOMES.setdefault(report.nodeid, "passed")
     if report.when == "teardown" and _RECORDING.get("on") and report.nodeid in _OUTCOMES:
         info = _RECORDING["info"]
-        data = rotation.load()
-        rotation.note_result(data, "lab", report.nodeid, _OUTCOMES[report.nodeid], time.time(), info["commit"],
-                             info["label"])
-        rotation.save(data)
+        with rotation.updating() as data:
+            rotation.note_result(data, "lab", report.nodeid, _OUTCOMES[report.nodeid], time.time(),
+                                 info["commit"], info["label"])
 
 
 def pytest_collection_finish(session):
@@ -356,24 +368,24 @@ def pytest_collection_finish(session):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """Complete the record: the run's line, the slot when every test of it passed (or skipped) in a
-    run that was not interrupted, the collected ids; then tests/integration/last-rotations.md."""
+    """Complete the record: the run's line; the slot's attempt when a whole-suite session ran it to its
+    end (not interrupted); the collected ids; then tests/integration/last-rotations.md."""
     info = getattr(session.config, "_npuops_rotation", None)
     if not _recording(session.config) or not _OUTCOMES:
         return
     now = time.time()
-    data = rotation.load()
     ran = dict(_OUTCOMES)
-    data["lab_ids"] = info["lab_ids"]
-    complete = (info["slot"] is not None and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
-                and all(ran.get(i) in ("passed", "skipped") for i in info["slotted"]))
-    if complete:
-        rotation.note_slot(data, info["n"], info["slot"], now)
-    rotation.note_run(data, {"when": rotation.now_iso(now), "kind": "lab", "rotation": info["label"]
-                             + ("" if complete or info["slot"] is None else " (incomplete: due again)"),
-                             "commit": info["commit"], "ran": sum(v in ("passed", "failed") for v in ran.values()),
-                             "passed": sum(v == "passed" for v in ran.values()),
-                             "failed": sum(v in ("failed", "error") for v in ran.values())})
-    rotation.save(data)
-    n = info["n"] if info["n"] > 1 else 3
-    (REPO / "tests" / "integration" / "last-rotations.md").write_text(rotation.render(data, n))
+    attempted = (info["slot"] is not None and info["whole"]
+                 and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED))
+    with rotation.updating() as data:
+        if info["whole"]:
+            data["lab_ids"] = info["lab_ids"]
+        if attempted:
+            rotation.note_slot(data, info["n"], info["slot"], now)
+        uncounted = "" if attempted or info["slot"] is None else " (not counted: a part or interrupted)"
+        rotation.note_run(data, {"when": rotation.now_iso(now), "kind": "lab", "rotation": info["label"] + uncounted,
+                                 "commit": info["commit"], "ran": sum(v in ("passed", "failed") for v in ran.values()),
+                                 "passed": sum(v == "passed" for v in ran.values()),
+                                 "failed": sum(v in ("failed", "error") for v in ran.values())})
+        rendered = rotation.render(data, info["n"] if info["n"] > 1 else 3)
+    (REPO / "tests" / "integration" / "last-rotations.md").write_text(rendered)

@@ -6,12 +6,14 @@
   modulo N. Adding, removing or renaming a test moves no other test. SALT was picked once so that the
   87 lab tests of its day split 29/28/30 with every file of 3 or more tests in each third; changing it
   would reshuffle every test, so it stays.
-- A run's **rotation** is the slot whose last complete run on this machine is oldest (never first), read
-  from the record. A slot completes when every test of it ran and passed (or skipped): a failed or
-  interrupted run leaves its slot due, so the next run repeats it. Ties go to ``counter % N``
-  (commits on HEAD + days since the epoch), so machines without a record still move on. An explicit
-  seed (NPUOPS_IT_SEED) wins over both. Fault cases have no slots: a run takes the FAULTS_CASES cases
-  run least recently (:func:`stalest`).
+- A run's **rotation** is the slot attempted least recently on this machine (never first), read from
+  the record; a slot counts as attempted when a session that collected all of tests/integration ran
+  it to its end (not interrupted). Tests whose last outcome on the machine was a failure or an error
+  run again in every run, whatever their slot, until they pass: failures repeat without stalling the
+  rotation of the others. Ties go to ``counter % N`` (commits on HEAD + days since the epoch), so
+  machines without a record still move on. An explicit seed (NPUOPS_IT_SEED) wins. Fault cases have
+  no slots: a run takes the FAULTS_CASES cases run least recently (:func:`stalest`) plus those that
+  failed last.
 - The **record** (JSON, ``$NPUOPS_TEST_RECORD``, default ``$NPUOPS_LAB_CACHE/test-record.json``, i.e.
   ``~/.cache/npuops-lab/test-record.json``) keeps per test and case when it last ran, its outcome,
   when it last passed, at which commit and in which rotation; it lives beside the lab's other caches
@@ -21,7 +23,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import fcntl
 import hashlib
 import json
 import os
@@ -29,7 +33,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Iterator, Mapping, Optional
 
 REPO = Path(__file__).resolve().parents[2]
 KEEP_RUNS = 30  # run entries kept in the record
@@ -88,13 +92,18 @@ def save(data: Mapping[str, Any], path: Optional[Path] = None) -> Path:
 
 
 def choose(n: int, occupied: Iterable[int], slot_runs: Mapping[str, Any], counter: int) -> int:
-    """The rotation (0..n-1) to run: of the ``occupied`` slots (those with tests), the one whose last
-    complete run is oldest; a slot never completed comes first. ``slot_runs`` is the record's
-    ``slots[str(n)]``: slot (as a string) -> epoch seconds of its last complete run. Ties go to the
-    slot nearest after ``counter % n``."""
+    """The rotation (0..n-1) to run: of the ``occupied`` slots (those with tests), the one attempted
+    longest ago; a slot never attempted comes first. ``slot_runs`` is the record's ``slots[str(n)]``:
+    slot (as a string) -> epoch seconds of its last attempt. Ties go to the slot nearest after
+    ``counter % n``."""
     n = max(n, 1)
     slots = sorted(set(occupied)) or [counter % n]
     return min(slots, key=lambda s: (float(slot_runs.get(str(s)) or 0.0), (s - counter) % n))
+
+
+def failing(seen: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The identities whose last outcome was a failure or an error: they run again until they pass."""
+    return sorted(i for i, e in seen.items() if (e or {}).get("outcome") in ("failed", "error"))
 
 
 def counter_now(repo: Path = REPO) -> int:
@@ -121,8 +130,24 @@ def note_result(data: dict[str, Any], kind: str, ident: str, outcome: str, ts: f
 
 
 def note_slot(data: dict[str, Any], n: int, slot_: int, ts: float) -> None:
-    """Slot ``slot_`` of ``n`` completed a run at ``ts`` (every test of it ran and passed, or skipped)."""
+    """Slot ``slot_`` of ``n`` was attempted at ``ts`` (a whole-suite session ran it to its end)."""
     data.setdefault("slots", {}).setdefault(str(n), {})[str(slot_)] = ts
+
+
+@contextlib.contextmanager
+def updating(path: Optional[Path] = None) -> Iterator[dict[str, Any]]:
+    """Load, let the caller change, and save the record under an exclusive lock (``<record>.lock``),
+    so two runs at once (a lab pytest and a fault sweep) lose none of each other's entries."""
+    p = path or record_path()
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with open(str(p) + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            data = load(p)
+            yield data
+            save(data, p)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def note_run(data: dict[str, Any], run: Mapping[str, Any]) -> None:
@@ -131,7 +156,7 @@ def note_run(data: dict[str, Any], run: Mapping[str, Any]) -> None:
 
 
 def render(data: Mapping[str, Any], n: int) -> str:
-    """The record as Markdown: the slots' last complete runs, the last runs, then every lab test (those
+    """The record as Markdown: the slots' last attempts, the last runs, then every lab test (those
     collected by the last lab run, ``lab_ids``, and any recorded) and fault case."""
     lab = dict(data.get("lab") or {})
     for ident in data.get("lab_ids") or []:
@@ -143,9 +168,9 @@ def render(data: Mapping[str, Any], n: int) -> str:
              "Written by every `make test` / `make integration` / `tests/faults/run.py` run from the record",
              "`%s` on the machine that ran them (tests/integration/rotation.py). Slot = sha256(salt + id) %% %d;"
              % ("$NPUOPS_LAB_CACHE/test-record.json", n),
-             "a slot counts as run only when every test of it ran and passed (or skipped), so a failure is",
-             "repeated until it passes.", "",
-             "Slots, last complete run: %s." % (", ".join(
+             "a run takes the slot attempted least recently, plus every test whose last outcome was a failure.",
+             "",
+             "Slots, last attempted: %s." % (", ".join(
                  "%d: %s" % (s, now_iso(float(slot_runs[str(s)])) if str(s) in slot_runs else "never")
                  for s in range(n))),
              "", "%d lab tests known, %d never passed on this machine%s" % (
@@ -172,21 +197,16 @@ def render(data: Mapping[str, Any], n: int) -> str:
 
 
 def stalest(idents: Iterable[str], count: int, seen: Mapping[str, Mapping[str, Any]], counter: int) -> list[str]:
-    """The ``count`` identities run least recently, in their given order: one never run, or whose last
-    outcome was not a pass, comes first (a failure is repeated until it passes); ties go to the ones
-    nearest after position ``counter * count``, so without a record consecutive counters take
+    """The ``count`` identities run least recently (never run first), in their given order; ties go to
+    the ones nearest after position ``counter * count``, so without a record consecutive counters take
     consecutive slices. Used for the fault cases, whose few-per-run share wants no uneven slots, and
-    to pick the real-package test."""
+    to pick the real-package test (callers add :func:`failing` ones themselves where they repeat them)."""
     ids = list(idents)
     if count >= len(ids):
         return ids
     n = len(ids)
     pos = {ident: i for i, ident in enumerate(ids)}
-
-    def last_pass(i: str) -> float:
-        e = seen.get(i) or {}
-        return float(e.get("ran_ts") or 0.0) if e.get("outcome") == "passed" else 0.0
-
-    order = sorted(ids, key=lambda i: (last_pass(i), (pos[i] - counter * count) % n))
+    order = sorted(ids, key=lambda i: (float((seen.get(i) or {}).get("ran_ts") or 0.0),
+                                       (pos[i] - counter * count) % n))
     chosen = set(order[:count])
     return [i for i in ids if i in chosen]

@@ -38,14 +38,14 @@ def test_without_a_record_the_counter_picks_the_slot():
     assert [rotation.choose(3, {0, 1, 2}, {}, c) for c in (0, 1, 2, 3, 4)] == [0, 1, 2, 0, 1]
 
 
-def test_the_slot_completed_longest_ago_comes_first_and_a_never_completed_one_before_it():
+def test_the_slot_attempted_longest_ago_comes_first_and_a_never_attempted_one_before_it():
     assert rotation.choose(3, {0, 1, 2}, {"0": 300.0, "1": 100.0, "2": 200.0}, counter=0) == 1
     assert rotation.choose(3, {0, 1, 2}, {"0": 300.0, "2": 200.0}, counter=0) == 1
     # an empty slot (no test hashes to it) is never chosen
     assert rotation.choose(3, {0, 2}, {"0": 300.0, "2": 200.0}, counter=1) == 2
 
 
-def test_three_complete_runs_cover_every_test_and_new_tests_do_not_stall_the_rotation():
+def test_three_attempts_cover_every_test_and_new_tests_do_not_stall_the_rotation():
     slots: dict = {}
     ids = list(IDS)
     ran = set()
@@ -63,16 +63,29 @@ def test_three_complete_runs_cover_every_test_and_new_tests_do_not_stall_the_rot
     assert sorted(picks[:3]) == [0, 1, 2] and picks[3:] == picks[:3], picks
 
 
-def test_stalest_cases_never_run_first_then_oldest_and_a_failure_is_repeated():
+def test_failing_lists_the_tests_whose_last_outcome_was_a_failure_or_an_error():
+    seen = {"a": {"outcome": "passed"}, "b": {"outcome": "failed"}, "c": {"outcome": "error"},
+            "d": {"outcome": "skipped"}, "e": {}}
+    assert rotation.failing(seen) == ["b", "c"]
+
+
+def test_the_record_is_updated_under_a_lock(tmp_path):
+    path = tmp_path / "rec.json"
+    with rotation.updating(path) as data:
+        rotation.note_result(data, "faults", "dpkg-lock", "passed", 10.0, "abc", "case")
+    with rotation.updating(path) as data:
+        rotation.note_slot(data, 3, 2, 20.0)
+    back = rotation.load(path)
+    assert back["faults"]["dpkg-lock"]["ran_ts"] == 10.0 and back["slots"] == {"3": {"2": 20.0}}
+    assert (tmp_path / "rec.json.lock").exists()
+
+
+def test_stalest_cases_never_run_first_then_oldest():
     names = ["a", "b", "c", "d", "e"]
     assert rotation.stalest(names, 2, {}, 0) == ["a", "b"]
     assert rotation.stalest(names, 2, {}, 1) == ["c", "d"]
-    ok = "passed"
-    seen = {"a": {"ran_ts": 5, "outcome": ok}, "b": {"ran_ts": 5, "outcome": ok}, "c": {"ran_ts": 1, "outcome": ok},
-            "d": {"ran_ts": 9, "outcome": ok}, "e": {"ran_ts": 9, "outcome": ok}}
+    seen = {"a": {"ran_ts": 5}, "b": {"ran_ts": 5}, "c": {"ran_ts": 1}, "d": {"ran_ts": 9}, "e": {"ran_ts": 9}}
     assert rotation.stalest(names, 2, seen, 0) == ["a", "c"]
-    seen["e"] = {"ran_ts": 9, "outcome": "failed"}
-    assert rotation.stalest(names, 2, seen, 0) == ["c", "e"]
     assert rotation.stalest(names, 9, seen, 0) == names
 
 
@@ -97,7 +110,7 @@ def test_record_round_trip_and_markdown(tmp_path):
     assert "| `t.py::x` | %d | 1970-01-01 00:00 UTC | failed | 1/3 | abc | never |" % rotation.slot("t.py::x", 3) in md
     assert "| `t.py::new` | %d | never | - | - | - | never |" % rotation.slot("t.py::new", 3) in md
     assert "| `t.py::z` | %d | never | error | 1/3 | abc | never |" % rotation.slot("t.py::z", 3) in md
-    assert "Slots, last complete run: 0: never, 1: 1970-01-02 00:00 UTC, 2: never." in md
+    assert "Slots, last attempted: 0: never, 1: 1970-01-02 00:00 UTC, 2: never." in md
     assert "4 lab tests known, 3 never passed on this machine: `t.py::new`, `t.py::x`, `t.py::z`" in md
     assert "| w | lab | 1/3 | abc | 2 | 1 | 2 |" in md
 

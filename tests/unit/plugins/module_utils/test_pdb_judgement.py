@@ -234,6 +234,25 @@ AT_RISK = [
 ]
 
 
+BARE = {"metadata": {"name": "guard", "namespace": NS},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": dict(APP)}},
+        # the controller's status over bare pods: their owner has no scale, expectedPods 0, nothing allowed
+        "status": {"disruptionsAllowed": 0, "currentHealthy": 2, "desiredHealthy": 0, "expectedPods": 0}}
+SYNC_FAILED = {"metadata": {"name": "guard", "namespace": NS},
+               "spec": {"maxUnavailable": 1, "selector": {"matchLabels": dict(APP)}},
+               "status": {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 1,
+                          "conditions": [{"type": "DisruptionAllowed", "status": "False", "reason": "SyncFailed"}]}}
+AT_RISK += [
+    ("pending-bare-pods-maxunavailable", trainer(phase="Pending", ready=False), [BARE],
+     ["gpu-drv/guard (maxUnavailable=1, currentHealthy=2, desiredHealthy=0, disruptionsAllowed=0)" + ONCE_READY]),
+    ("pending-sync-failed", trainer(phase="Pending", ready=False), [SYNC_FAILED],
+     ["gpu-drv/guard (maxUnavailable=1, currentHealthy=0, desiredHealthy=0, disruptionsAllowed=0)" + ONCE_READY]),
+    ("unready-stale-status", trainer(ready=False), [guard(current=1, generation=2, observed=1)],
+     ["gpu-drv/guard (minAvailable=1, currentHealthy=1, desiredHealthy=1, disruptionsAllowed=0, status not yet "
+      "observed for generation 2): refuses its eviction once it is Ready while its status is not yet observed"]),
+]
+
+
 @pytest.mark.parametrize("case,p,pdbs,details", AT_RISK, ids=[c[0] for c in AT_RISK])
 def test_pdbs_at_risk_name_what_would_refuse_once_the_pod_is_ready(case, p, pdbs, details):
     assert [e["detail"] for e in drain.pdbs_at_risk(pdbs, [p])] == details
