@@ -271,7 +271,8 @@ def _whole_suite(config) -> bool:
     """The session collected all of tests/integration (no file or node id named): only such a run
     may count as an attempt of its slot or replace the list of known lab tests."""
     here = Path(__file__).resolve().parent
-    args = [Path(str(a).split("::")[0]).resolve() for a in config.args] or [Path(str(config.invocation_params.dir))]
+    args = [Path(str(a).partition("::")[0]).resolve() for a in config.args]
+    args = args or [Path(str(config.invocation_params.dir))]
     return all(a == here or here.is_relative_to(a) for a in args)
 
 
@@ -285,7 +286,7 @@ def pytest_collection_modifyitems(config, items):
     holds), none otherwise. Tests are independent (each puts its hosts and Nodes back)."""
     n = int(os.environ.get("NPUOPS_IT_ROTATION") or 1)
     mode = os.environ.get("NPUOPS_REALPKG") or ""
-    real = [it for it in items if it.nodeid.split("::")[0].endswith(REALPKG_FILE)]
+    real = [it for it in items if it.nodeid.partition("::")[0].endswith(REALPKG_FILE)]
     rest = [it for it in items if it not in real]
     record = rotation.load()
     counter = rotation.counter_now()

@@ -407,8 +407,8 @@ def test_plan_of_a_window_another_run_holds_says_it_would_not_start(kubeconfig, 
         coordination_v1.delete_namespaced_lease(name, "kube-system")
 
 
-def test_plan_through_ansible_runner_comes_back_as_job_artifacts(kubeconfig, core_v1, coordination_v1, tmp_path,
-                                                                monkeypatch):
+def test_plan_through_ansible_runner_comes_back_as_job_artifacts(
+        kubeconfig, core_v1, coordination_v1, tmp_path, monkeypatch):
     """AWX runs playbooks with ansible-runner: the plan (and a run's summary, the same set_stats)
     comes back in the runner's stats event, so it outlives the job's pod."""
     import ansible_runner
