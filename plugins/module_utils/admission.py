@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
 from ansible_collections.npuops.fleet.plugins.module_utils import k8s_retry, k8s_wait
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s.node_snapshot import NodeSnapshot
 from ansible_collections.npuops.fleet.plugins.module_utils.node_record import (
     LAST_TRANSITION,
     get_json_annotation,
@@ -44,6 +45,10 @@ DEFAULT_NAMESPACE = "kube-system"
 
 class AdmissionConflict(RuntimeError):
     """Another run is admitting the same node right now."""
+
+
+class AdmissionStopped(RuntimeError):
+    """The caller's ``stop`` said to admit nothing more (its message is the reason)."""
 
 
 def slot_lease_name(profile: Mapping[str, Any]) -> str:
@@ -69,6 +74,12 @@ def _taken(node: Mapping[str, Any], profile: Mapping[str, Any]) -> bool:
 
 def _unavailable(node: Mapping[str, Any], profile: Mapping[str, Any]) -> bool:
     return bool((node.get("spec") or {}).get("unschedulable")) or not node_ready(node) or _taken(node, profile)
+
+
+def vendor_nodes(core: Any, profile: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The vendor's Nodes as admission reads them: a compact snapshot (k8s/node_snapshot.py) whose
+    nodes in an upgrade or cordoned are whole and fresh, the others' readiness at most MAX_AGE old."""
+    return NodeSnapshot(core, profile, IN_PROGRESS_STATES + (UPGRADE_REQUIRED,)).nodes()
 
 
 def verdict(
@@ -202,19 +213,24 @@ def wait_admission(
     timeout: Optional[float],
     sleep: Callable[[float], None] = k8s_wait.pause,
     clock: Callable[[], float] = time.monotonic,
+    stop: Optional[Callable[[], Optional[str]]] = None,
 ) -> tuple[Optional[float], Optional[str]]:
     """Wait until ``node_name`` is admitted and claim its slot: ``(since, None)`` when claimed (the
     entry's time on the slot clock, for the caller's deadline), ``(None, reason)`` after ``timeout``
     seconds (None = forever). Polls every 1-5 s while it must wait.
 
-    Raises AdmissionConflict when another run holds a live entry for the same node.
+    ``stop``: asked before every decision; a reason (str) ends the wait without a claim.
+    Raises AdmissionConflict when another run holds a live entry for the same node, AdmissionStopped
+    when ``stop`` gave a reason.
     """
     end = None if timeout is None else clock() + timeout
     delays = k8s_retry.backoff_delays(first=1.0, cap=5.0)
-    selector = "%s=true" % profile["presence_label"]
     while True:
+        halt = stop() if stop is not None else None
+        if halt:
+            raise AdmissionStopped(halt)
         record = slots.read()  # first the record, then the nodes: see the module docstring
-        nodes = k8s_wait.list_raw(core.list_node, label_selector=selector).get("items") or []
+        nodes = vendor_nodes(core, profile)
         live = slots.live(record, {_name(n) for n in nodes} | {node_name})
         mine = live.get(node_name)
         if mine and mine.get("token") != token:
@@ -253,8 +269,7 @@ def check_admission(
             live = slots.live(slots.read())
         except Exception:  # noqa: BLE001 - check mode must not fail on a missing read right
             live = {}
-    nodes = k8s_wait.list_raw(core.list_node, label_selector="%s=true" % profile["presence_label"]).get("items") or []
-    return verdict(profile, policy, node_name, nodes, set(live) - {node_name})
+    return verdict(profile, policy, node_name, vendor_nodes(core, profile), set(live) - {node_name})
 
 
 def wait_verdict(

@@ -11,6 +11,7 @@ upgrade-failed and cordoned after it).
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from typing import Any, Mapping, Optional
@@ -77,6 +78,7 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
         host_identity: Optional[Mapping[str, Any]] = None,
         identity_fields: Optional[list[str]] = None,
         drain_preview: bool = True,
+        stop_file: Optional[str] = None,
     ) -> None:
         # core / policy_api / coord_api may be injected (unit tests use in-memory fakes).
         self.core = core or k8s.CoreV1Api(api_client)
@@ -102,6 +104,9 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
         self.host_identity = dict(host_identity) if host_identity else None
         self.identity_fields = list(identity_fields) if identity_fields is not None else list(identity.FIELDS)
         self.drain_preview = drain_preview
+        # A file on the control node whose existence admits no more nodes (the window stopped after a
+        # failure); read before every admission decision.
+        self.stop_file = stop_file or None
         self.baseline = dict(baseline) if baseline else None
         self.profile = profile
         self.policy = policy
@@ -122,6 +127,7 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
             "previous_state": None,
             "transitions": [],
             "skipped": False,
+            "not_started": False,
             "skip_reason": None,
             "at_target": False,
             "host_work_required": True,
@@ -299,11 +305,25 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
                 self._done_without_disruption()
             else:
                 getattr(self, "_phase_" + phase)(entry, reason)
+        except sm.UpgradeNotStarted as exc:
+            self.result["not_started"] = True
+            self.result["message"] = str(exc)
         except UpgradeFailed as exc:
             self.result["message"] = str(exc)
             self._finish_result()
             raise
         return self._finish_result()
+
+    def _stop_reason(self) -> Optional[str]:
+        """The stop file's first line (or a default) once it exists, else None."""
+        if not self.stop_file or not os.path.exists(self.stop_file):
+            return None
+        try:
+            with open(self.stop_file, encoding="utf-8") as fh:
+                first = fh.readline().strip()
+        except OSError:
+            first = ""
+        return first or "the window stopped (%s exists)" % self.stop_file
 
     def _check_identity(self, refuse: bool) -> None:
         """Compare the host with the Node's machine; ``refuse``: a different machine fails the call

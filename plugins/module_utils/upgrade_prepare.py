@@ -134,10 +134,13 @@ class PrepareSteps:
             return None
         try:
             since, why = admission.wait_admission(
-                self.core, self.slots, self.profile, self.policy, self.name, self.token, self.admission_timeout
+                self.core, self.slots, self.profile, self.policy, self.name, self.token, self.admission_timeout,
+                stop=self._stop_reason,
             )
         except admission.AdmissionConflict as exc:
             raise UpgradeConflict("node %s: %s; this run changed nothing" % (self.name, exc))
+        except admission.AdmissionStopped as exc:
+            raise sm.UpgradeNotStarted("not started: %s (node %s was not admitted; nothing was changed)" % (exc, self.name))
         if why:
             raise UpgradeFailed(
                 "node %s not admitted within admission_timeout=%ss: %s (nothing was changed)"

@@ -47,6 +47,11 @@ class UpgradeFailed(RuntimeError):
     """The phase failed; the node's label/annotations already say why (unless check mode)."""
 
 
+class UpgradeNotStarted(RuntimeError):
+    """The window stopped (its stop file appeared) while this node waited for admission; nothing was
+    changed and the node was never admitted."""
+
+
 class UpgradeConflict(UpgradeFailed):
     """Another run (or an admin) moved the node meanwhile; this run changed nothing more and must not
     undo anything (the abort path is not taken)."""

@@ -79,6 +79,13 @@ options:
         (DKMS), C(debian-tesla), C(debian-open), C(debian) (Debian's archive); C(rbln) for rebellions.
       - A name the profile does not have is reported in RV(packaging.error), not a failure.
     type: str
+  window_record_file:
+    description:
+      - The pre-window record of M(npuops.fleet.npu_host_window) (its O(path)); RV(window_record) says
+        whether it exists, i.e. whether a killed run left the host's services, holds or apt timers to
+        restore.
+    type: path
+    default: /var/lib/npuops-fleet/window.json
     default: auto
   device_holders:
     description:
@@ -125,6 +132,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+window_record:
+  description: Whether O(window_record_file) exists (a run that did not finish left the host's pre-window state there).
+  returned: always
+  type: bool
 verdict:
   description: C(ok), C(reload_required), C(rebuild_required), C(no_driver) or C(no_devices).
   returned: always
@@ -651,10 +662,12 @@ profile:
 """
 
 
+import os  # noqa: E402
+
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 from ansible_collections.npuops.fleet.plugins.module_utils import smi_parsers  # noqa: E402
-from ansible_collections.npuops.fleet.plugins.module_utils.host import driver_facts  # noqa: E402
+from ansible_collections.npuops.fleet.plugins.module_utils.host import driver_facts, window_record  # noqa: E402
 from ansible_collections.npuops.fleet.plugins.module_utils.vendor_profiles import (  # noqa: E402
     PROFILE_ARG_SPEC,
     ProfileError,
@@ -691,6 +704,7 @@ def main():
         boot_id_file=dict(type="path", default="/proc/sys/kernel/random/boot_id"),
         device_holders=dict(type="bool", default=False),
         packaging=dict(type="str", default="auto"),
+        window_record_file=dict(type="path", default=window_record.DEFAULT_PATH),
     )
     spec.update(PROFILE_ARG_SPEC)
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
@@ -700,6 +714,8 @@ def main():
     except ProfileError as e:
         module.fail_json(msg=str(e))
     facts = driver_facts.gather(ModuleRunner(module), profile, p)
+    # A pre-window record left by a killed run: the host is not done until a run restores it.
+    facts["window_record"] = os.path.exists(p["window_record_file"])
     module.exit_json(changed=False, ansible_facts={"npu_driver": facts}, **facts)
 
 

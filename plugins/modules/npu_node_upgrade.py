@@ -87,6 +87,12 @@ options:
         the node ends C(upgrade-failed) and stays cordoned, and the reboot must not happen.
     type: bool
     default: false
+  failure_domain_label:
+    description:
+      - Node label whose value is the node's failure domain (zone, rack), returned as RV(failure_domain);
+        the maintenance window orders its lanes by it so that consecutive lanes do not drain one domain.
+    type: str
+    default: topology.kubernetes.io/zone
   host_at_target:
     description:
       - The caller's check of the host's driver (loaded == userspace == on-disk module == target).
@@ -163,6 +169,12 @@ options:
         that lost its Lease - another run may be working on the node now.
     type: bool
     default: false
+  stop_file:
+    description:
+      - A file on the control node (the maintenance window's C(<run dir>/stop)). Once it exists,
+        O(phase=prepare) admits this node no more: a call still waiting for admission returns
+        RV(not_started) (its first line as the reason) without any change, not failed.
+    type: path
   admission_namespace:
     description:
       - Namespace of the admission slot record, the Lease C(npuops-fleet-admission-<vendor>) through which
@@ -249,6 +261,8 @@ drain_blockers:
   returned: with O(phase=status)
   type: dict
 at_target: {description: The node's driver-version label equals the target., returned: always, type: bool}
+not_started: {description: "O(stop_file) appeared while the node waited for admission: nothing was changed.", returned: always, type: bool}
+failure_domain: {description: "The node's O(failure_domain_label) value (null without it).", returned: when the node was read, type: str}
 host_work_required:
   description: False when the node is already at the target (it was marked upgrade-done without disruption).
   returned: always
@@ -414,6 +428,7 @@ def main():
         retry_failed=dict(type="bool", default=True),
         reboot_planned=dict(type="bool", default=False),
         host_at_target=dict(type="bool"),
+        failure_domain_label=dict(type="str", default="topology.kubernetes.io/zone"),
         baseline=dict(type="dict"),
         run_id=dict(type="str"),
         own_run_only=dict(type="bool", default=False),
@@ -429,6 +444,7 @@ def main():
             default=list(IDENTITY_FIELDS),
         ),
         admission_namespace=dict(type="str", default="kube-system"),
+        stop_file=dict(type="path"),
         run_lease=dict(
             type="dict",
             options=dict(
@@ -508,6 +524,7 @@ def main():
         host_identity=p["host_identity"],
         identity_fields=p["identity_fields"],
         drain_preview=p["drain_preview"],
+        stop_file=p["stop_file"],
     )
     try:
         result = upgrade.run(p["phase"], p["reason"])
@@ -540,6 +557,7 @@ def main():
         )
     for warning in upgrade.warnings:
         module.warn(warning)
+    result["failure_domain"] = ((upgrade.node.get("metadata") or {}).get("labels") or {}).get(p["failure_domain_label"])
     result["api_requests"] = counts
     result["kube_auth"] = kube_auth
     module.exit_json(**result)

@@ -41,3 +41,16 @@ def test_max_parallel_upgrades():
     assert verdict(NV, parse_policy({"maxUnavailable": "100%", "maxParallelUpgrades": 0}), "n1", nodes) is None
     nodes[0] = node("n0", state="upgrade-failed")
     assert verdict(NV, parse_policy({"maxUnavailable": "100%"}), "n1", nodes) is None
+
+
+def test_a_stop_ends_the_wait_before_any_claim():
+    import pytest
+
+    from ansible_collections.npuops.fleet.plugins.module_utils import admission
+
+    class NoSlots:
+        def read(self):
+            raise AssertionError("a stopped admission reads nothing")
+
+    with pytest.raises(admission.AdmissionStopped, match="failure on h1"):
+        admission.wait_admission(None, NoSlots(), NV, parse_policy({}), "n1", "tok", 10, stop=lambda: "failure on h1")

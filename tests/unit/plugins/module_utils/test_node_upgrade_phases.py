@@ -318,3 +318,18 @@ def test_reboot_validation_needs_a_new_boot_id():
     res = run(c2, "finish")
     assert res["state"] == "upgrade-done"
     assert ANN + "boot-id-before" not in c2.nodes["n1"]["metadata"]["annotations"]
+
+
+def test_a_stop_file_ends_the_admission_wait_with_nothing_changed(tmp_path):
+    from fake_k8s import FakeLeases
+
+    stop = tmp_path / "stop"
+    c = cluster()
+    c.nodes["n0"]["spec"]["unschedulable"] = True  # maxUnavailable 25% of 4 reached: n1 waits
+    leases = FakeLeases()
+    up = NodeUpgrade(None, NV, parse_policy({}), "n1", target_version="550.90.07", core=c, policy_api=c,
+                     coord_api=leases, admission_timeout=30, stop_file=str(stop))
+    stop.write_text("failure on h0 (install): dpkg refused\n")
+    res = up.run("prepare")
+    assert res["not_started"] is True and "failure on h0 (install)" in res["message"]
+    assert c.writes == 0 and res["transitions"] == [] and not leases.leases

@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.npuops.fleet.plugins.filter.rollout import lane_order
+
+
+def row(host, reboot=False, domain=None):
+    return {"host": host, "reboot": reboot, "domain": domain}
+
+
+def test_hosts_that_reboot_go_first_in_their_given_order():
+    rows = [row("a"), row("b", True), row("c"), row("d", True)]
+    assert lane_order(rows) == ["b", "d", "a", "c"]
+
+
+def test_consecutive_hosts_come_from_different_domains():
+    rows = [row("r1-a", domain="r1"), row("r1-b", domain="r1"), row("r1-c", domain="r1"),
+            row("r2-a", domain="r2"), row("r2-b", domain="r2"), row("r3-a", domain="r3")]
+    assert lane_order(rows) == ["r1-a", "r2-a", "r1-b", "r2-b", "r1-c", "r3-a"]
+
+
+def test_the_biggest_domain_does_not_bunch_up_at_the_end():
+    rows = [row("s1", domain="small")] + [row("b%d" % i, domain="big") for i in range(3)]
+    assert lane_order(rows) == ["b0", "s1", "b1", "b2"]
+
+
+def test_hosts_without_a_domain_and_repeats():
+    rows = [row("x"), row("y"), row("x")]
+    assert lane_order(rows) == ["x", "y"]
+
+
+@pytest.mark.parametrize("bad", [[{"reboot": True}], [None], "a,b"])
+def test_bad_rows_are_named(bad):
+    with pytest.raises(ValueError, match="lane_order"):
+        lane_order(bad)
