@@ -39,6 +39,12 @@ demo: bootstrap
 bench: bootstrap
 	@scripts/bench.sh
 
+# the window over a mixed fleet of scratch hosts, batches vs rolling, and one admission decision at
+# 1,000 and 10,000 Nodes (README, "Benchmarks"); results in build/bench/fleet-*.json, admission-snapshot.json
+.PHONY: bench-fleet
+bench-fleet: bootstrap
+	@scripts/bench.sh --fleet
+
 lab-up: bootstrap
 	@tests/lab/labctl up
 

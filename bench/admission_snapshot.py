@@ -57,7 +57,7 @@ def create(core: client.CoreV1Api, n: int, have: int) -> None:
     names = ["bench-adm-%05d" % i for i in range(have, n)]
 
     def one(name: str) -> None:
-        for _ in range(5):
+        for _attempt in range(5):
             try:
                 core.create_node(padded_node(name))
                 return
@@ -95,19 +95,29 @@ if mode == "full":
         self.bytes += len(resp.data)
         return json.loads(resp.data).get("items") or []
     node_snapshot.NodeSnapshot.full = full
+import tracemalloc
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+tracemalloc.start()
 t0 = time.monotonic()
 why = admission.check_admission(core, None, prof, parse_policy({"maxUnavailable": "100%%"}), "bench-adm-00000")
 took = time.monotonic() - t0
+peak = tracemalloc.get_traced_memory()[1]
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({"rss_kib": after - before, "seconds": round(took, 3), "bytes": sum(read), "verdict": why}))
+print(json.dumps({"rss_kib": after - before,
+                  "python_peak_kib": peak // 1024, "seconds": round(took, 3), "bytes": sum(read), "verdict": why}))
 """
 
 
 def decide(mode: str, cache_dir: str) -> dict:
     env = dict(os.environ, TMPDIR=cache_dir)
-    out = subprocess.run([sys.executable, "-c", DECIDE % {"coll": str(COLL)}, mode], capture_output=True, text=True,
-                         env=env, check=True, timeout=600).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", DECIDE % {"coll": str(COLL)}, mode],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        timeout=600,
+    ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -120,7 +130,9 @@ def measure(core: client.CoreV1Api, coord: client.CoordinationV1Api, n: int) -> 
     t0 = time.monotonic()
     full = core.list_node(label_selector=PRESENCE + "=true", _preload_content=False).data
     full_s = time.monotonic() - t0
-    snap = NodeSnapshot(core, prof, admission.IN_PROGRESS_STATES + (admission.UPGRADE_REQUIRED,), cache_dir="/nonexistent")
+    snap = NodeSnapshot(
+        core, prof, admission.IN_PROGRESS_STATES + (admission.UPGRADE_REQUIRED,), cache_dir="/nonexistent"
+    )
     t0 = time.monotonic()
     rows = snap._read_table()
     table_s, table_b = time.monotonic() - t0, snap.bytes
@@ -130,7 +142,9 @@ def measure(core: client.CoreV1Api, coord: client.CoordinationV1Api, n: int) -> 
     snap._list(label_selector=snap.selector, field_selector="spec.unschedulable=true")
     exact_s, exact_b = time.monotonic() - t0, snap.bytes
     try:
-        lease_b = len(coord.read_namespaced_lease("npuops-fleet-admission-nvidia", "kube-system", _preload_content=False).data)
+        lease_b = len(
+            coord.read_namespaced_lease("npuops-fleet-admission-nvidia", "kube-system", _preload_content=False).data
+        )
     except client.ApiException:
         lease_b = 0
     cache = "/tmp/npuops-bench-adm-cache"
@@ -143,13 +157,31 @@ def measure(core: client.CoreV1Api, coord: client.CoordinationV1Api, n: int) -> 
         "nodes": n,
         "vendor_nodes_listed": len(rows),
         "full_list": {"bytes": len(full), "seconds": round(full_s, 3)},
-        "table": {"bytes": table_b, "seconds": round(table_s, 3), "bytes_per_node": round(table_b / max(1, len(rows)), 1)},
+        "table": {
+            "bytes": table_b,
+            "seconds": round(table_s, 3),
+            "bytes_per_node": round(table_b / max(1, len(rows)), 1),
+        },
         "exact_lists": {"bytes": exact_b, "seconds": round(exact_s, 3)},
         "slot_lease_bytes": lease_b,
         "decision_bytes_warm": warm["bytes"] + lease_b,
         "decision_bytes_cold": cold["bytes"] + lease_b,
-        "decision_memory_kib": {"snapshot_cold": cold["rss_kib"], "snapshot_warm": warm["rss_kib"], "full_list": whole["rss_kib"]},
-        "decision_seconds": {"snapshot_cold": cold["seconds"], "snapshot_warm": warm["seconds"], "full_list": whole["seconds"]},
+        # peak resident growth of the process, and the peak of Python allocations during the decision
+        "decision_memory_kib": {
+            "snapshot_cold": cold["rss_kib"],
+            "snapshot_warm": warm["rss_kib"],
+            "full_list": whole["rss_kib"],
+        },
+        "decision_python_peak_kib": {
+            "snapshot_cold": cold["python_peak_kib"],
+            "snapshot_warm": warm["python_peak_kib"],
+            "full_list": whole["python_peak_kib"],
+        },
+        "decision_seconds": {
+            "snapshot_cold": cold["seconds"],
+            "snapshot_warm": warm["seconds"],
+            "full_list": whole["seconds"],
+        },
         "full_list_decision_bytes": whole["bytes"],
     }
 
@@ -177,8 +209,18 @@ def main() -> int:
     dest.write_text(json.dumps(out, indent=2) + "\n")
     print("wrote", dest)
     ok = ratio <= 2.0 and hi["decision_bytes_warm"] * 100 < hi["full_list"]["bytes"]
-    print("decision bytes (warm) %d -> %d nodes: %s -> %s (x%.2f); full LIST at %d: %s bytes"
-          % (lo["nodes"], hi["nodes"], lo["decision_bytes_warm"], hi["decision_bytes_warm"], ratio, hi["nodes"], hi["full_list"]["bytes"]))
+    print(
+        "decision bytes (warm) %d -> %d nodes: %s -> %s (x%.2f); full LIST at %d: %s bytes"
+        % (
+            lo["nodes"],
+            hi["nodes"],
+            lo["decision_bytes_warm"],
+            hi["decision_bytes_warm"],
+            ratio,
+            hi["nodes"],
+            hi["full_list"]["bytes"],
+        )
+    )
     return 0 if ok else 1
 
 

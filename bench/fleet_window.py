@@ -77,8 +77,12 @@ def policy(reboot: bool) -> dict:
 def spawn(core, names, at_target):
     def one(name):
         drv = fleetlab.NEW if name in at_target else fleetlab.OLD
-        subprocess.run([str(fleetlab.HOSTCTL), "spawn", name, "--node", "--kernel", fleetlab.OLD_KERNEL, "--driver", drv],
-                       capture_output=True, check=True, timeout=900)
+        subprocess.run(
+            [str(fleetlab.HOSTCTL), "spawn", name, "--node", "--kernel", fleetlab.OLD_KERNEL, "--driver", drv],
+            capture_output=True,
+            check=True,
+            timeout=900,
+        )
 
     import concurrent.futures
 
@@ -94,7 +98,9 @@ def spawn(core, names, at_target):
     else:
         raise RuntimeError("driver labels never showed %s" % want)
     for n in names:
-        labels = {k: None for k in (core.read_node(n).metadata.labels or {}) if k.startswith("nvidia.com/gpu-driver-upgrade")}
+        labels = {
+            k: None for k in (core.read_node(n).metadata.labels or {}) if k.startswith("nvidia.com/gpu-driver-upgrade")
+        }
         if n in at_target:
             labels[fleetlab.STATE] = "upgrade-done"  # what the run that upgraded them left
         core.patch_node(n, {"metadata": {"labels": labels}, "spec": {"unschedulable": None}})
@@ -115,15 +121,28 @@ def inventory(path: Path, names, reboot):
 
 
 def held_workload(apps, pol, node):
-    apps.create_namespaced_deployment(NS, {
-        "metadata": {"name": "held"},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "held"}},
-                 "template": {"metadata": {"labels": {"app": "held"}},
-                              "spec": {"nodeSelector": {"kubernetes.io/hostname": node},
-                                       "tolerations": [{"operator": "Exists"}],
-                                       "containers": [{"name": "held", "image": "registry.k8s.io/pause:3.10"}]}}}})
-    pol.create_namespaced_pod_disruption_budget(NS, {"metadata": {"name": "held-pdb"},
-                                                     "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "held"}}}})
+    apps.create_namespaced_deployment(
+        NS,
+        {
+            "metadata": {"name": "held"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "held"}},
+                "template": {
+                    "metadata": {"labels": {"app": "held"}},
+                    "spec": {
+                        "nodeSelector": {"kubernetes.io/hostname": node},
+                        "tolerations": [{"operator": "Exists"}],
+                        "containers": [{"name": "held", "image": "registry.k8s.io/pause:3.10"}],
+                    },
+                },
+            },
+        },
+    )
+    pol.create_namespaced_pod_disruption_budget(
+        NS,
+        {"metadata": {"name": "held-pdb"}, "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "held"}}}},
+    )
     deadline = time.time() + 120
     while time.time() < deadline:
         st = pol.read_namespaced_pod_disruption_budget("held-pdb", NS).status
@@ -131,6 +150,17 @@ def held_workload(apps, pol, node):
             return
         time.sleep(1)
     raise RuntimeError("held pod never healthy")
+
+
+def wait_healthy(pol):
+    """The held pod Ready again behind its PDB (a host spawned or rebuilt under it restarts its node)."""
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        st = pol.read_namespaced_pod_disruption_budget("held-pdb", NS).status
+        if st and st.disruptions_allowed == 1:
+            return
+        time.sleep(1)
+    raise RuntimeError("held pod never healthy behind held-pdb")
 
 
 def hold_thread(core, pol, node):
@@ -154,7 +184,9 @@ def costs(path: Path, hosts) -> dict:
         rows = [r for r in data["tasks"] if r["host"] == h]
         up = [r for r in rows if r["play"].startswith(UPGRADE_PLAY)]
         execs = len([r for r in rows if r["status"] in ("ok", "skipped", "failed")])
-        unavoidable = sum(r["end"] - r["start"] for r in up if r["task"].startswith(UNAVOIDABLE) and r["status"] == "ok")
+        unavoidable = sum(
+            r["end"] - r["start"] for r in up if r["task"].startswith(UNAVOIDABLE) and r["status"] == "ok"
+        )
         lane = (max(r["end"] for r in up) - min(r["start"] for r in up)) if up else 0.0
         per[h] = {
             "task_executions": execs,
@@ -162,30 +194,62 @@ def costs(path: Path, hosts) -> dict:
             "lane_s": round(lane, 1),
             "unavoidable_s": round(unavoidable, 1),
             "overhead_s": round(max(0.0, lane - unavoidable), 1),
-            "module_calls": len([r for r in rows if r["status"] == "ok" and not r["action"].startswith(("ansible.builtin.set_fact", "set_fact", "ansible.builtin.include_tasks", "ansible.builtin.assert", "ansible.builtin.debug", "ansible.builtin.meta"))]),
+            "module_calls": len(
+                [
+                    r
+                    for r in rows
+                    if r["status"] == "ok"
+                    and not r["action"].startswith(
+                        (
+                            "ansible.builtin.set_fact",
+                            "set_fact",
+                            "ansible.builtin.include_tasks",
+                            "ansible.builtin.assert",
+                            "ansible.builtin.debug",
+                            "ansible.builtin.meta",
+                        )
+                    )
+                ]
+            ),
         }
     return {"wall_s": round(data["ended"] - data["started"], 1), "hosts": per}
 
 
 def run_window(name, inv, hosts, extra, core):
     costs_file = WORK / ("costs-%s.json" % name)
-    os.environ.update(ANSIBLE_CALLBACK_PLUGINS=str(REPO / "bench" / "callback_plugins"),
-                      ANSIBLE_CALLBACKS_ENABLED="npuops_costs", NPUOPS_COSTS_FILE=str(costs_file))
+    os.environ.update(
+        ANSIBLE_CALLBACK_PLUGINS=str(REPO / "bench" / "callback_plugins"),
+        ANSIBLE_CALLBACKS_ENABLED="npuops_costs",
+        NPUOPS_COSTS_FILE=str(costs_file),
+    )
     watcher = fleetlab.LimitWatcher(core).start()
     t0 = time.monotonic()
-    kubeconfig = os.environ.get("KUBECONFIG") or str(Path(os.environ.get("NPUOPS_LAB_DIR", "/tmp/npuops-lab")) / "kubeconfig")
-    rc, out = run_playbook("maintenance_window.yml", [str(REPO / "inventories" / "lab"), str(inv)],
-                           (f"maintenance_hosts={','.join(hosts)}", f"maintenance_report_dir={WORK / 'reports'}", *extra),
-                           kubeconfig, WORK, timeout=3600)
+    kubeconfig = os.environ.get("KUBECONFIG") or str(
+        Path(os.environ.get("NPUOPS_LAB_DIR", "/tmp/npuops-lab")) / "kubeconfig"
+    )
+    rc, out = run_playbook(
+        "maintenance_window.yml",
+        [str(REPO / "inventories" / "lab"), str(inv)],
+        (f"maintenance_hosts={','.join(hosts)}", f"maintenance_report_dir={WORK / 'reports'}", *extra),
+        kubeconfig,
+        WORK,
+        timeout=3600,
+    )
     wall = time.monotonic() - t0
     watcher.stop()
     (WORK / ("out-%s.txt" % name)).write_text(out)
     res = costs(costs_file, hosts)
     summary = json.loads((WORK / "reports" / "latest.json").read_text())
-    res.update(rc=rc, wall_s=round(wall, 1), result=summary["result"],
-               statuses={h["host"]: h["status"] for h in summary["hosts"]},
-               peak_unavailable=watcher.peak_unavailable, peak_upgrading=watcher.peak_upgrading,
-               peak_not_ready=watcher.peak_not_ready, samples=watcher.samples)
+    res.update(
+        rc=rc,
+        wall_s=round(wall, 1),
+        result=summary["result"],
+        statuses={h["host"]: h["status"] for h in summary["hosts"]},
+        peak_unavailable=watcher.peak_unavailable,
+        peak_upgrading=watcher.peak_upgrading,
+        peak_not_ready=watcher.peak_not_ready,
+        samples=watcher.samples,
+    )
     (OUT / ("fleet-%s.json" % name)).write_text(json.dumps(res, indent=2) + "\n")
     print("%s: rc %d, %.1f s, %s" % (name, rc, wall, res["statuses"]), flush=True)
     return res
@@ -198,16 +262,18 @@ def model(per_host_work: list[float], overhead_s: float, execs: float, exec_cost
     rng = random.Random(7)
     out = {}
     for n in (1000, 10000):
-        work = [rng.choice(per_host_work) + overhead_s for _ in range(n)]
+        work = [rng.choice(per_host_work) + overhead_s for _attempt in range(n)]
         for w in (1, 10, 50):
-            strict = sum(max(work[i:i + w]) for i in range(0, n, w))
+            strict = sum(max(work[i : i + w]) for i in range(0, n, w))
             lanes = [0.0] * w
             for x in work:
                 lanes[lanes.index(min(lanes))] += x
             rolling = max(lanes)
             cpu = n * execs * exec_cost_s  # the main process is one core
-            out["%d hosts, width %d" % (n, w)] = {"strict_h": round(max(strict, cpu) / 3600, 2),
-                                                 "rolling_h": round(max(rolling, cpu) / 3600, 2)}
+            out["%d hosts, width %d" % (n, w)] = {
+                "strict_h": round(max(strict, cpu) / 3600, 2),
+                "rolling_h": round(max(rolling, cpu) / 3600, 2),
+            }
     out["control_node_cap_hosts_per_hour"] = round(3600 / (execs * exec_cost_s))
     return out
 
@@ -215,14 +281,22 @@ def model(per_host_work: list[float], overhead_s: float, execs: float, exec_cost
 def lab_noop(core) -> dict:
     """The 4-host lab window twice; the second run is the no-op the README quotes."""
     inv_dir = REPO / "inventories" / "lab"
-    kubeconfig = os.environ.get("KUBECONFIG") or str(Path(os.environ.get("NPUOPS_LAB_DIR", "/tmp/npuops-lab")) / "kubeconfig")
+    kubeconfig = os.environ.get("KUBECONFIG") or str(
+        Path(os.environ.get("NPUOPS_LAB_DIR", "/tmp/npuops-lab")) / "kubeconfig"
+    )
     res = {}
     for name in ("lab-first", "lab-noop"):
         costs_file = WORK / ("costs-%s.json" % name)
         os.environ["NPUOPS_COSTS_FILE"] = str(costs_file)
         t0 = time.monotonic()
-        rc, out = run_playbook("maintenance_window.yml", [str(inv_dir)], (f"maintenance_report_dir={WORK / 'reports'}",),
-                               kubeconfig, WORK, timeout=3600)
+        rc, out = run_playbook(
+            "maintenance_window.yml",
+            [str(inv_dir)],
+            (f"maintenance_report_dir={WORK / 'reports'}",),
+            kubeconfig,
+            WORK,
+            timeout=3600,
+        )
         r = costs(costs_file, ["lab-node-0", "lab-node-1", "lab-node-2", "lab-npu-0"])
         r.update(rc=rc, wall_s=round(time.monotonic() - t0, 1))
         res[name] = r
@@ -246,11 +320,16 @@ def main() -> int:
     total = N_RELOAD + N_REBOOT + 1 + N_AT
     names = []
     for i in range(total):
-        names += fleetlab.create_kwok_nodes(core, "bench-fl", 1, capacity=fleetlab.GPU_CAPACITY,
-                                            labels={"nvidia.com/gpu.present": "true", fleetlab.ZONE: zones[i % 3]})
+        names += fleetlab.create_kwok_nodes(
+            core,
+            "bench-fl",
+            1,
+            capacity=fleetlab.GPU_CAPACITY,
+            labels={"nvidia.com/gpu.present": "true", fleetlab.ZONE: zones[i % 3]},
+        )
     held = names[0]
-    reboot = set(names[1:1 + N_REBOOT])
-    at_target = set(names[total - N_AT:])
+    reboot = set(names[1 : 1 + N_REBOOT])
+    at_target = set(names[total - N_AT :])
     work_hosts = [n for n in names if n not in at_target]
     inv = WORK / "fleet.yml"
     inventory(inv, names, reboot)
@@ -259,14 +338,20 @@ def main() -> int:
         core.create_namespace({"metadata": {"name": NS}})
         held_workload(apps, pol, held)
         spawn(core, names, at_target)
+        wait_healthy(pol)
         t = hold_thread(core, pol, held)
         results["batches"] = run_window("batches", inv, names, ("maintenance_rollout=batches",), core)
         t.join(60)
         rebuild(core, names, at_target)
+        wait_healthy(pol)
         t = hold_thread(core, pol, held)
-        results["rolling"] = run_window("rolling", inv, names, ("maintenance_rollout=rolling", "--forks=%d" % (WIDTH + 1)), core)
+        results["rolling"] = run_window(
+            "rolling", inv, names, ("maintenance_rollout=rolling", "--forks=%d" % (WIDTH + 1)), core
+        )
         t.join(60)
-        results["noop"] = run_window("noop", inv, names, ("maintenance_rollout=rolling", "--forks=%d" % (WIDTH + 1)), core)
+        results["noop"] = run_window(
+            "noop", inv, names, ("maintenance_rollout=rolling", "--forks=%d" % (WIDTH + 1)), core
+        )
     finally:
         for n in names:
             subprocess.run([str(fleetlab.HOSTCTL), "rm", n], capture_output=True, check=False)
@@ -286,8 +371,15 @@ def main() -> int:
     at_execs = max(results["noop"]["hosts"][h]["task_executions"] for h in names)
     overhead_reload = sum(roll[h]["overhead_s"] for h in reload_hosts) / max(1, len(reload_hosts))
     summary = {
-        "fleet": {"hosts": total, "reload": N_RELOAD, "reboot": N_REBOOT, "pdb_held": 1, "at_target": N_AT, "width": WIDTH,
-                  "hold_s": HOLD_S},
+        "fleet": {
+            "hosts": total,
+            "reload": N_RELOAD,
+            "reboot": N_REBOOT,
+            "pdb_held": 1,
+            "at_target": N_AT,
+            "width": WIDTH,
+            "hold_s": HOLD_S,
+        },
         "wall_s": {k: results[k]["wall_s"] for k in ("batches", "rolling", "noop")},
         "ideal_schedule_s": round(ideal, 1),
         "rolling_vs_ideal": round(results["rolling"]["wall_s"] / ideal, 2) if ideal else None,
@@ -295,15 +387,22 @@ def main() -> int:
         "task_executions_per_upgraded_host": round(upgraded_execs, 1),
         "task_executions_per_host_at_target": at_execs,
         "overhead_s_per_reload_host": round(overhead_reload, 1),
-        "peaks": {k: {"unavailable": results[k]["peak_unavailable"], "upgrading": results[k]["peak_upgrading"]}
-                  for k in ("batches", "rolling")},
+        "peaks": {
+            k: {"unavailable": results[k]["peak_unavailable"], "upgrading": results[k]["peak_upgrading"]}
+            for k in ("batches", "rolling")
+        },
         "limits": {"maxUnavailable": WIDTH + 1, "maxParallelUpgrades": WIDTH},
         "lab_noop_s": results.get("lab", {}).get("lab-noop", {}).get("wall_s"),
-        "model (not a measurement)": model([roll[h]["unavoidable_s"] for h in work_hosts], overhead_reload, upgraded_execs),
+        "model (not a measurement)": model(
+            [roll[h]["unavoidable_s"] for h in work_hosts], overhead_reload, upgraded_execs
+        ),
     }
     (OUT / "fleet-summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(json.dumps(summary, indent=2))
-    ok = all(summary["peaks"][k]["unavailable"] <= WIDTH + 1 and summary["peaks"][k]["upgrading"] <= WIDTH for k in summary["peaks"])
+    ok = all(
+        summary["peaks"][k]["unavailable"] <= WIDTH + 1 and summary["peaks"][k]["upgrading"] <= WIDTH
+        for k in summary["peaks"]
+    )
     return 0 if ok and results["rolling"]["result"] == "ok" else 1
 
 

@@ -21,7 +21,9 @@ fi
 # stop the lab on exit only if this script started it
 trap 'if [ "$started" = 1 ]; then echo "bench: stopping the lab we started"; tests/lab/labctl down >/dev/null; fi' EXIT
 
-if [ "$#" -gt 0 ]; then
+if [ "${1:-}" = "--fleet" ]; then
+  scripts=(bench/fleet_window.py bench/admission_snapshot.py)
+elif [ "$#" -gt 0 ]; then
   scripts=(); for n in "$@"; do scripts+=("bench/bench_${n}.py"); done
 else
   scripts=(bench/bench_*.py)  # glob expansion is sorted

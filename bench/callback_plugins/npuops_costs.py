@@ -45,8 +45,17 @@ class CallbackModule(CallbackBase):
         task = result._task
         start = self.started.pop((host, task._uuid), None)
         now = time.time()
-        self.rows.append({"host": host, "play": self.play, "task": task.get_name(), "action": task.action,
-                          "status": status, "start": start if start is not None else now, "end": now})
+        self.rows.append(
+            {
+                "host": host,
+                "play": self.play,
+                "task": task.get_name(),
+                "action": task.action,
+                "status": status,
+                "start": start if start is not None else now,
+                "end": now,
+            }
+        )
 
     def v2_runner_on_ok(self, result, **kwargs) -> None:
         self._end(result, "ok")

@@ -36,7 +36,11 @@ options:
 
 EXAMPLES = r"""
 - ansible.builtin.debug:
-    msg: "{{ [{'host': 'a', 'reboot': false, 'domain': 'r1'}, {'host': 'b', 'reboot': true, 'domain': 'r1'}] | npuops.fleet.lane_order }}"
+    msg: "{{ rows | npuops.fleet.lane_order }}"  # ['b', 'a']
+  vars:
+    rows:
+      - {host: a, reboot: false, domain: r1}
+      - {host: b, reboot: true, domain: r1}
 """
 
 RETURN = r"""
@@ -64,6 +68,26 @@ def _spread(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return out
 
 
+def max_parallel_upgrades(policy: Any) -> int:
+    """The policy's maxParallelUpgrades (camelCase as in the operators' Helm values, or snake_case;
+    default 1, as the GPU Operator's), an int; 0 means no limit. ValueError for a non-number."""
+    policy = policy if isinstance(policy, Mapping) else {}
+    value = policy.get("maxParallelUpgrades", policy.get("max_parallel_upgrades", 1))
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ValueError("maxParallelUpgrades must be a whole number, got %r" % (value,)) from None
+
+
+def lane_row(result: Mapping[str, Any]) -> dict[str, Any]:
+    """A host's preflight result (role driver_upgrade's ``_driver_upgrade_result``) as a lane_order row."""
+    return {
+        "host": result["host"],
+        "reboot": bool(result.get("reboot_planned")),
+        "domain": result.get("failure_domain"),
+    }
+
+
 def lane_order(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     if not isinstance(rows, (list, tuple)):
         raise ValueError("lane_order: expected a list of {host, reboot, domain}, got %s" % type(rows).__name__)
@@ -82,4 +106,4 @@ def lane_order(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"lane_order": lane_order}
+        return {"lane_order": lane_order, "lane_row": lane_row, "max_parallel_upgrades": max_parallel_upgrades}

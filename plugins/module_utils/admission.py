@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
 from ansible_collections.npuops.fleet.plugins.module_utils import k8s_retry, k8s_wait
-from ansible_collections.npuops.fleet.plugins.module_utils.k8s.node_snapshot import NodeSnapshot
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s.node_snapshot import MAX_AGE, NodeSnapshot
 from ansible_collections.npuops.fleet.plugins.module_utils.node_record import (
     LAST_TRANSITION,
     get_json_annotation,
@@ -76,10 +76,12 @@ def _unavailable(node: Mapping[str, Any], profile: Mapping[str, Any]) -> bool:
     return bool((node.get("spec") or {}).get("unschedulable")) or not node_ready(node) or _taken(node, profile)
 
 
-def vendor_nodes(core: Any, profile: Mapping[str, Any]) -> list[dict[str, Any]]:
+def vendor_nodes(core: Any, profile: Mapping[str, Any], fresh: bool = False) -> list[dict[str, Any]]:
     """The vendor's Nodes as admission reads them: a compact snapshot (k8s/node_snapshot.py) whose
-    nodes in an upgrade or cordoned are whole and fresh, the others' readiness at most MAX_AGE old."""
-    return NodeSnapshot(core, profile, IN_PROGRESS_STATES + (UPGRADE_REQUIRED,)).nodes()
+    nodes in an upgrade or cordoned are whole and fresh, the others' readiness at most MAX_AGE old
+    (``fresh``: read now; a decision to admit is always made on a fresh one)."""
+    snap = NodeSnapshot(core, profile, IN_PROGRESS_STATES + (UPGRADE_REQUIRED,), max_age=0.0 if fresh else MAX_AGE)
+    return snap.nodes()
 
 
 def verdict(
@@ -241,6 +243,10 @@ def wait_admission(
             )
         why = verdict(profile, policy, node_name, nodes, set(live) - {node_name})
         if why is None:
+            # the cached readiness may only make a host wait, never admit it: decide again on a fresh read
+            nodes = vendor_nodes(core, profile, fresh=True)
+            why = verdict(profile, policy, node_name, nodes, set(live) - {node_name})
+        if why is None:
             since = slots.clock()
             claimed = dict(live)
             claimed[node_name] = {
@@ -249,6 +255,10 @@ def wait_admission(
                 "holder": "%s/%d" % (socket.gethostname(), os.getpid()),
             }
             if slots.write(record, claimed):
+                halt = stop() if stop is not None else None
+                if halt:  # the window stopped while this claim was made: give it back
+                    slots.release(node_name, token)
+                    raise AdmissionStopped(halt)
                 return since, None
             if end is not None and clock() >= end:
                 return None, "the admission record kept changing under concurrent runs"

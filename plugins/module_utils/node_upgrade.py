@@ -314,6 +314,17 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
             raise
         return self._finish_result()
 
+    def write_stop(self, reason: str) -> None:
+        """Create the stop file with ``reason`` as its first line, unless it exists (the first stays)."""
+        if not self.stop_file:
+            return
+        try:
+            fd = os.open(self.stop_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except OSError:
+            return  # there already, or its directory is gone: nothing more to stop
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(reason.replace("\n", " ")[:600] + "\n")
+
     def _stop_reason(self) -> Optional[str]:
         """The stop file's first line (or a default) once it exists, else None."""
         if not self.stop_file or not os.path.exists(self.stop_file):

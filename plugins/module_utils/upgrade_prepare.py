@@ -140,7 +140,9 @@ class PrepareSteps:
         except admission.AdmissionConflict as exc:
             raise UpgradeConflict("node %s: %s; this run changed nothing" % (self.name, exc))
         except admission.AdmissionStopped as exc:
-            raise sm.UpgradeNotStarted("not started: %s (node %s was not admitted; nothing was changed)" % (exc, self.name))
+            raise sm.UpgradeNotStarted(
+                "not started: %s (node %s was not admitted; nothing was changed)" % (exc, self.name)
+            ) from exc
         if why:
             raise UpgradeFailed(
                 "node %s not admitted within admission_timeout=%ss: %s (nothing was changed)"

@@ -79,14 +79,14 @@ options:
         (DKMS), C(debian-tesla), C(debian-open), C(debian) (Debian's archive); C(rbln) for rebellions.
       - A name the profile does not have is reported in RV(packaging.error), not a failure.
     type: str
+    default: auto
   window_record_file:
     description:
-      - The pre-window record of M(npuops.fleet.npu_host_window) (its O(path)); RV(window_record) says
-        whether it exists, i.e. whether a killed run left the host's services, holds or apt timers to
-        restore.
+      - The pre-window record of M(npuops.fleet.npu_host_window) (its
+        O(npuops.fleet.npu_host_window#module:path)); RV(window_record) says whether it exists, i.e.
+        whether a killed run left the host's services, holds or apt timers to restore.
     type: path
     default: /var/lib/npuops-fleet/window.json
-    default: auto
   device_holders:
     description:
       - Also name the processes that hold the vendor's device files open (RV(device_holders)), by their

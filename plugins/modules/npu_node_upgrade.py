@@ -172,9 +172,17 @@ options:
   stop_file:
     description:
       - A file on the control node (the maintenance window's C(<run dir>/stop)). Once it exists,
-        O(phase=prepare) admits this node no more: a call still waiting for admission returns
+        O(phase=prepare) admits this node no more; a call still waiting for admission returns
         RV(not_started) (its first line as the reason) without any change, not failed.
     type: path
+  stop_on_failure:
+    description:
+      - With O(stop_file), a failure of this call writes O(stop_file) (when it does not exist yet) before
+        the module returns, with the node, the phase and the reason as its first line. The window
+        sets it when this failure would be one more than it tolerates, so that a slot that
+        C(prepare)'s abort frees is never taken by a host of the same run.
+    type: bool
+    default: false
   admission_namespace:
     description:
       - Namespace of the admission slot record, the Lease C(npuops-fleet-admission-<vendor>) through which
@@ -261,8 +269,14 @@ drain_blockers:
   returned: with O(phase=status)
   type: dict
 at_target: {description: The node's driver-version label equals the target., returned: always, type: bool}
-not_started: {description: "O(stop_file) appeared while the node waited for admission: nothing was changed.", returned: always, type: bool}
-failure_domain: {description: "The node's O(failure_domain_label) value (null without it).", returned: when the node was read, type: str}
+not_started:
+  description: O(stop_file) appeared while the node waited for admission; nothing was changed.
+  returned: always
+  type: bool
+failure_domain:
+  description: The node's O(failure_domain_label) value (null without it).
+  returned: when the node was read
+  type: str
 host_work_required:
   description: False when the node is already at the target (it was marked upgrade-done without disruption).
   returned: always
@@ -445,6 +459,7 @@ def main():
         ),
         admission_namespace=dict(type="str", default="kube-system"),
         stop_file=dict(type="path"),
+        stop_on_failure=dict(type="bool", default=False),
         run_lease=dict(
             type="dict",
             options=dict(
@@ -529,6 +544,8 @@ def main():
     try:
         result = upgrade.run(p["phase"], p["reason"])
     except UpgradeFailed as exc:
+        if p["stop_on_failure"] and not module.check_mode:
+            upgrade.write_stop("failure on %s (%s): %s" % (p["node"], p["phase"], exc))
         result = dict(upgrade.result, api_requests=counts, changed=upgrade.changed, kube_auth=kube_auth)
         result["conflict"] = isinstance(exc, UpgradeConflict)
         result["lease_lost"] = type(exc).__name__ == "LeaseLost"

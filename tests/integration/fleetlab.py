@@ -80,11 +80,18 @@ def scratch_fleet(core_v1: Any, prefix: str, zones: list[str], workdir: Path) ->
         yield names
     finally:
         for n in names:
-            subprocess.run([str(HOSTCTL), "rm", n], capture_output=True, env=dict(os.environ, NPUOPS_LAB_DIR=str(lab_dir())), check=False)
+            subprocess.run(
+                [str(HOSTCTL), "rm", n],
+                capture_output=True,
+                env=dict(os.environ, NPUOPS_LAB_DIR=str(lab_dir())),
+                check=False,
+            )
         delete_nodes(core_v1, names)
 
 
-def window(workdir: Path, kubeconfig: str, hosts: list[str], *extra: Any, timeout: int = 2400) -> tuple[int, str, float]:
+def window(
+    workdir: Path, kubeconfig: str, hosts: list[str], *extra: Any, timeout: int = 2400
+) -> tuple[int, str, float]:
     """maintenance_window.yml on the lab inventory plus the fleet; (rc, output, wall seconds)."""
     t0 = time.monotonic()
     rc, out = run_playbook(
@@ -123,6 +130,8 @@ class LimitWatcher:
         self.unavailable_at_peak: list[str] = []
         self.entered: dict[str, float] = {}  # node -> first time seen in an upgrade state or cordoned
         self.left: dict[str, float] = {}  # node -> first time seen upgrade-done after it entered
+        self.failed: dict[str, float] = {}  # node -> first time seen upgrade-failed
+        self.busy_now: set[str] = set()  # nodes in an upgrade state at the last sample
         self.order: list[str] = []  # nodes in the order they entered
         self.errors = 0
         self._stop = threading.Event()
@@ -148,6 +157,9 @@ class LimitWatcher:
                     self.order.append(n.metadata.name)
             elif state == "upgrade-done" and n.metadata.name in self.entered:
                 self.left[n.metadata.name] = self.left.get(n.metadata.name) or now
+            if state == "upgrade-failed":
+                self.failed.setdefault(n.metadata.name, now)
+        self.busy_now = set(upgrading)
         self.samples += 1
         if len(unavailable) > self.peak_unavailable:
             self.peak_unavailable, self.unavailable_at_peak = len(unavailable), sorted(unavailable)

@@ -145,6 +145,15 @@ def run_playbook(
     """ansible-playbook playbooks/<name> with the repo as the collection, the lab's state dir and
     ``kubeconfig``; ``extra``: ``--flag`` strings as they are, other strings as ``-e k=v``, mappings as
     JSON ``-e``. Returns (rc, stdout + stderr)."""
+    cmd, env = playbook_command(name, inventories, extra, kubeconfig)
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=str(cwd), check=False)
+    return p.returncode, p.stdout + p.stderr
+
+
+def playbook_command(
+    name: str, inventories: list[str], extra: tuple[Any, ...], kubeconfig: str
+) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment :func:`run_playbook` runs (for a test that must kill it)."""
     link = COLLECTIONS / "ansible_collections" / "npuops" / "fleet"
     if not link.exists():
         link.parent.mkdir(parents=True, exist_ok=True)
@@ -164,5 +173,4 @@ def run_playbook(
     cmd += ["-e", f"npuops_fleet_kubeconfig={kubeconfig}"]
     for e in extra:
         cmd += [e] if isinstance(e, str) and e.startswith("--") else ["-e", e if isinstance(e, str) else json.dumps(e)]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=str(cwd), check=False)
-    return p.returncode, p.stdout + p.stderr
+    return cmd, env

@@ -12,7 +12,7 @@ import time
 import uuid
 
 import pytest
-from fleetlab import NEW, LimitWatcher, recap, scratch_fleet, window
+from fleetlab import NEW, STATE, LimitWatcher, recap, scratch_fleet, window
 from kubernetes import client, watch
 
 WINDOW_LEASE = "npuops-fleet-maintenance-window"
@@ -45,7 +45,7 @@ def ran(out, task):
     """Result lines other than "skipping" under every TASK header that names ``task``."""
     lines = []
     for block in out.split("TASK [")[1:]:
-        head, _, body = block.partition("\n")
+        head, _sep, body = block.partition("\n")
         if task in head:
             lines += [ln for ln in body.splitlines() if ln.startswith(("ok:", "changed:", "failed:", "fatal:"))]
     return lines
@@ -77,7 +77,8 @@ def held_workload(apps_v1, policy_v1, core_v1, node, ns):
         },
     )
     policy_v1.create_namespaced_pod_disruption_budget(
-        ns, {"metadata": {"name": "held-pdb"}, "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "held"}}}}
+        ns,
+        {"metadata": {"name": "held-pdb"}, "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "held"}}}},
     )
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -106,7 +107,10 @@ def test_rolling_lanes_pass_a_drain_held_by_a_pdb_and_a_rerun_touches_no_host(
                 time.sleep(0.1)
             policy_v1.patch_namespaced_pod_disruption_budget("held-pdb", namespace, {"spec": {"maxUnavailable": 0}})
             hold["from"] = time.monotonic()
-            while time.monotonic() < end and len([n for n, t in watcher.left.items() if n != held and t > hold["from"]]) < 2:
+            while (
+                time.monotonic() < end
+                and len([n for n, t in watcher.left.items() if n != held and t > hold["from"]]) < 2
+            ):
                 time.sleep(0.2)
             policy_v1.patch_namespaced_pod_disruption_budget("held-pdb", namespace, {"spec": {"maxUnavailable": 1}})
             hold["until"] = time.monotonic()
@@ -114,19 +118,29 @@ def test_rolling_lanes_pass_a_drain_held_by_a_pdb_and_a_rerun_touches_no_host(
         holder = threading.Thread(target=hold_the_drain, daemon=True)
         holder.start()
         try:
-            rc, out, _ = window(tmp_path, kubeconfig, names, *ROLLING)
+            rc, out, _took = window(tmp_path, kubeconfig, names, *ROLLING)
         finally:
             watcher.stop()
             holder.join(30)
         assert rc == 0, out[-6000:]
         s, hosts = summary(tmp_path)
         assert (s["rollout"], s["batch_size"], s["result"]) == ("rolling", 2, "ok")
-        assert {h: (hosts[h]["status"], hosts[h]["new_version"]) for h in names} == {h: ("upgraded", NEW) for h in names}
+        assert {h: (hosts[h]["status"], hosts[h]["new_version"]) for h in names} == {
+            h: ("upgraded", NEW) for h in names
+        }
         # the limits, as an independent watcher saw the nodes
         assert watcher.samples > 100 and watcher.peak_upgrading <= 2, vars(watcher)
         assert watcher.peak_unavailable <= 2, (watcher.peak_unavailable, watcher.unavailable_at_peak)
-        print("watcher:", watcher.samples, "samples, peaks: unavailable", watcher.peak_unavailable,
-              "upgrading", watcher.peak_upgrading, "not ready", watcher.peak_not_ready)
+        print(
+            "watcher:",
+            watcher.samples,
+            "samples, peaks: unavailable",
+            watcher.peak_unavailable,
+            "upgrading",
+            watcher.peak_upgrading,
+            "not ready",
+            watcher.peak_not_ready,
+        )
         assert watcher.peak_upgrading == 2, "two lanes never ran at once"
         # the other lanes passed the held drain: two hosts finished while it was held, and it after
         assert {"from", "until"} <= set(hold), hold
@@ -158,7 +172,7 @@ def test_rolling_lanes_pass_a_drain_held_by_a_pdb_and_a_rerun_touches_no_host(
         counter = threading.Thread(target=count_lease_writes, daemon=True)
         counter.start()
         time.sleep(1)  # the watch is established before the run takes its Lease
-        rc, out, _ = window(tmp_path, kubeconfig, names, *ROLLING)
+        rc, out, _took = window(tmp_path, kubeconfig, names, *ROLLING)
         counter.join(60)
         assert rc == 0, out[-6000:]
         s, hosts = summary(tmp_path)
@@ -178,32 +192,135 @@ def test_a_failure_in_a_rolling_window_starts_no_new_host_and_finishes_those_in_
 ):
     from test_host_lost import hx
 
-    zones = ["zone-a", "zone-b", "zone-a", "zone-b"]
+    zones = ["zone-a", "zone-b", "zone-c", "zone-a", "zone-b"]
     with scratch_fleet(core_v1, "lab-rfail", zones, tmp_path) as names:
         bad = names[0]
-        # dpkg refuses to run on this host; apt's simulation in the preflight does not run dpkg, so
-        # the failure comes at install, after its node was cordoned and drained
-        hx(bad, "echo 'DPkg::Pre-Invoke {\"/bin/false\";};' >/etc/apt/apt.conf.d/99npuops-it-fail")
+        # dpkg refuses to run on this host (apt's simulation in the preflight does not run dpkg), once
+        # another host is in flight: so the failure comes at install, after its node was cordoned and
+        # drained, while a lane of another host is in the middle of its upgrade
+        hx(
+            bad,
+            "printf '#!/bin/sh\\nfor i in $(seq 3000); do [ -e /run/npuops-it-go ] && exit 1; sleep 0.2; done;"
+            " exit 1\\n'"
+            " >/usr/local/sbin/npuops-it-fail && chmod +x /usr/local/sbin/npuops-it-fail"
+            " && echo 'DPkg::Pre-Invoke {\"/usr/local/sbin/npuops-it-fail\";};' >/etc/apt/apt.conf.d/99npuops-it-fail",
+        )
+        watcher = LimitWatcher(core_v1).start()
+
+        def go_when_another_is_in_flight():
+            end = time.monotonic() + 900
+            while time.monotonic() < end and not (watcher.busy_now - {bad}):
+                time.sleep(0.1)
+            hx(bad, "touch /run/npuops-it-go")
+
+        gate = threading.Thread(target=go_when_another_is_in_flight, daemon=True)
+        gate.start()
+        try:
+            rc, out, _took = window(tmp_path, kubeconfig, names, *ROLLING)
+        finally:
+            watcher.stop()
+            gate.join(30)
+        assert rc != 0
+        s, hosts = summary(tmp_path)
+        assert hosts[bad]["status"] == "failed" and hosts[bad]["failed_phase"] == "install", hosts[bad]
+        failed_at = watcher.failed[bad]
+        # no host entered an upgrade after the failure; those that had, finished
+        late = {n: round(t - failed_at, 1) for n, t in watcher.entered.items() if n != bad and t > failed_at}
+        assert not late, late
+        started = [n for n in names if n in watcher.entered and n != bad]
+        assert started and all(hosts[n]["status"] == "upgraded" for n in started), hosts
+        not_started = [n for n in names if n not in watcher.entered]
+        assert not_started, ("every host started before the failure", hosts, watcher.entered, failed_at)
+        for n in not_started:
+            assert hosts[n]["status"] == "not-started" and f"failure on {bad}" in hosts[n]["reason"], hosts[n]
+            node = core_v1.read_node(n)
+            assert (node.metadata.labels or {}).get(STATE) is None and not node.spec.unschedulable, node.metadata.labels
+        assert watcher.peak_unavailable <= 2 and watcher.peak_upgrading <= 2, vars(watcher)
+        assert (tmp_path / "reports" / s["run_id"] / "stop").read_text().startswith(f"failure on {bad}")
+        # the admission record holds no entry for these nodes
+        lease = client.CoordinationV1Api(core_v1.api_client).read_namespaced_lease(
+            "npuops-fleet-admission-nvidia", "kube-system"
+        )
+        entries = json.loads((lease.metadata.annotations or {}).get("npuops.io/admitted-nodes") or "{}")
+        assert not set(entries) & set(names), entries
+
+
+def test_a_rolling_window_killed_mid_upgrade_is_resumed_by_a_rerun_and_leaks_no_slot(
+    kubeconfig, core_v1, coordination_v1, namespace, tmp_path
+):
+    import os
+    import signal
+    import subprocess
+
+    from labhelpers import REPO, playbook_command
+
+    zones = ["zone-a", "zone-b", "zone-c"]
+    with scratch_fleet(core_v1, "lab-rkill", zones, tmp_path) as names:
+        cmd, env = playbook_command(
+            "maintenance_window.yml",
+            [str(REPO / "inventories" / "lab"), str(tmp_path / "fleet.yml")],
+            (f"maintenance_hosts={','.join(names)}", f"maintenance_report_dir={tmp_path / 'reports'}", *ROLLING),
+            kubeconfig,
+        )
+        watcher = LimitWatcher(core_v1).start()
+        log = open(tmp_path / "killed.txt", "w")
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(tmp_path), start_new_session=True
+        )
+        try:
+            # SIGKILL the whole run (ansible-playbook, its forks, the modules) while two lanes are in
+            # the middle of their upgrade
+            end = time.monotonic() + 900
+            while time.monotonic() < end and len(watcher.busy_now & set(names)) < 2 and proc.poll() is None:
+                time.sleep(0.1)
+            time.sleep(3)
+            assert proc.poll() is None, "the window ended before two lanes were in flight"
+            in_flight = sorted(watcher.busy_now & set(names))
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+        finally:
+            log.close()
+        assert in_flight, "no lane was in flight at the kill"
+        lease = coordination_v1.read_namespaced_lease(WINDOW_LEASE, "kube-system")
+        holder = lease.spec.holder_identity
+        states = {n: (core_v1.read_node(n).metadata.labels or {}).get(STATE) for n in names}
+        assert any(states[n] not in (None, "upgrade-done") for n in in_flight), states
+
+        rc, out, _took = window(tmp_path, kubeconfig, names, *ROLLING, f"maintenance_take_over={holder}")
+        watcher.stop()
+        assert rc == 0, out[-6000:]
+        s, hosts = summary(tmp_path)
+        assert {h: hosts[h]["status"] for h in names} == {h: "upgraded" for h in names}, hosts
+        assert s["previous_run"] == holder and set(s["found_unfinished"]) >= {
+            n for n in in_flight if states[n] not in (None, "upgrade-done")
+        }
+        for n in names:
+            node = core_v1.read_node(n)
+            assert (node.metadata.labels or {}).get(STATE) == "upgrade-done" and not node.spec.unschedulable
+        assert watcher.peak_unavailable <= 2 and watcher.peak_upgrading <= 2, vars(watcher)
+        adm = coordination_v1.read_namespaced_lease("npuops-fleet-admission-nvidia", "kube-system")
+        entries = json.loads((adm.metadata.annotations or {}).get("npuops.io/admitted-nodes") or "{}")
+        assert not set(entries) & set(names), entries
+
+
+def test_a_host_refused_in_the_preflight_stops_every_lane_before_any_cordon(kubeconfig, core_v1, namespace, tmp_path):
+    from test_host_lost import hx
+
+    with scratch_fleet(core_v1, "lab-rref", ["zone-a", "zone-b", "zone-c"], tmp_path) as names:
+        refused = names[1]
+        # this host's apt sources lose the lab repository: its target is not installable
+        hx(refused, "rm -f /etc/apt/sources.list.d/npuops-lab.list && apt-get update -qq")
         watcher = LimitWatcher(core_v1).start()
         try:
-            rc, out, _ = window(tmp_path, kubeconfig, names, *ROLLING)
+            rc, out, _took = window(tmp_path, kubeconfig, names, *ROLLING)
         finally:
             watcher.stop()
         assert rc != 0
         s, hosts = summary(tmp_path)
-        assert hosts[bad]["status"] == "failed" and hosts[bad]["failed_phase"] == "install", hosts[bad]
-        started = [n for n in names if n in watcher.entered]
-        # every other host that had started finished; none started after the failure
-        assert all(hosts[n]["status"] == "upgraded" for n in started if n != bad), hosts
-        not_started = [n for n in names if n not in watcher.entered]
-        assert not_started, ("every host started: the failure stopped nothing", hosts, watcher.entered)
-        for n in not_started:
-            assert hosts[n]["status"] == "not-started" and f"failure on {bad}" in hosts[n]["reason"], hosts[n]
-            labels = core_v1.read_node(n).metadata.labels or {}
-            assert labels.get("nvidia.com/gpu-driver-upgrade-state") in (None, "", "upgrade-done") and not core_v1.read_node(n).spec.unschedulable
-        assert watcher.peak_unavailable <= 2 and watcher.peak_upgrading <= 2, vars(watcher)
-        assert (tmp_path / "reports" / s["run_id"] / "stop").read_text().startswith(f"failure on {bad}")
-        # the admission record holds no entry of this run
-        lease = client.CoordinationV1Api(core_v1.api_client).read_namespaced_lease("npuops-fleet-admission-nvidia", "kube-system")
-        entries = json.loads((lease.metadata.annotations or {}).get("npuops.io/admitted-nodes") or "{}")
-        assert not set(entries) & set(names), entries
+        assert hosts[refused]["status"] == "failed" and hosts[refused]["failed_phase"] == "preflight", hosts[refused]
+        assert {h: hosts[h]["status"] for h in names if h != refused} == {
+            h: "not-started" for h in names if h != refused
+        }
+        assert watcher.entered == {}, watcher.entered  # no node cordoned or labelled
+        for n in names:
+            assert (core_v1.read_node(n).metadata.labels or {}).get(STATE) is None

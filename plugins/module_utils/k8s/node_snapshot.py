@@ -40,6 +40,8 @@ TABLE_ACCEPT = "application/json;as=Table;v=v1;g=meta.k8s.io"
 # seconds a cached Table of the vendor's nodes is used before it is read again
 MAX_AGE = 15.0
 PAGE = 5000
+# seconds one Table page may take (connect, read); k8s_retry retries a timeout as transient
+REQUEST_TIMEOUT = (10, 60)
 
 
 def parse_table(table: Mapping[str, Any]) -> dict[str, dict[str, bool]]:
@@ -95,18 +97,31 @@ class NodeSnapshot:
         return os.path.join(self.cache_dir, "nodes-%s.json" % key)
 
     def _cached(self) -> Optional[dict[str, dict[str, bool]]]:
+        if self.max_age <= 0 or not self._cache_dir_ours():
+            return None
         try:
             with open(self._cache_path(), encoding="utf-8") as fh:
                 data = json.load(fh)
-            if 0 <= self.clock() - float(data["at"]) <= self.max_age:
-                return data["rows"]
+            rows = data["rows"]
+            if 0 <= self.clock() - float(data["at"]) <= self.max_age and isinstance(rows, dict):
+                return rows
         except (OSError, ValueError, KeyError, TypeError):
             pass
         return None
 
+    def _cache_dir_ours(self) -> bool:
+        """The cache directory is this user's and nobody else's (it sits in a shared temp dir)."""
+        try:
+            st = os.stat(self.cache_dir)
+        except OSError:
+            return False
+        return st.st_uid == os.getuid() and not st.st_mode & 0o077
+
     def _store(self, rows: dict[str, dict[str, bool]]) -> None:
         try:
             os.makedirs(self.cache_dir, mode=0o700, exist_ok=True)
+            if not self._cache_dir_ours():
+                return
             fd, tmp = tempfile.mkstemp(dir=self.cache_dir, prefix=".nodes-")
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 json.dump({"at": self.clock(), "rows": rows}, fh)
@@ -140,17 +155,26 @@ class NodeSnapshot:
             from kubernetes.client.exceptions import ApiException
 
             params = self.api.param_serialize(
-                method="GET", resource_path="/api/v1/nodes", query_params=query, header_params=headers,
+                method="GET",
+                resource_path="/api/v1/nodes",
+                query_params=query,
+                header_params=headers,
                 auth_settings=["BearerToken"],
             )
-            resp = self.api.call_api(*params)
+            resp = self.api.call_api(*params, _request_timeout=REQUEST_TIMEOUT)
             resp.read()
             if not 200 <= resp.status <= 299:
                 raise ApiException(http_resp=resp, body=resp.data.decode("utf-8", "replace"))
             return resp.data
         resp = self.api.call_api(
-            "/api/v1/nodes", "GET", query_params=query, header_params=headers, auth_settings=["BearerToken"],
-            _preload_content=False, _return_http_data_only=True,
+            "/api/v1/nodes",
+            "GET",
+            query_params=query,
+            header_params=headers,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _return_http_data_only=True,
+            _request_timeout=REQUEST_TIMEOUT,
         )
         return resp.data
 
@@ -177,7 +201,10 @@ class NodeSnapshot:
                 return self.full()
             self._store(rows)
         exact = {n["metadata"]["name"]: n for n in self._list(label_selector=self.busy_selector)}
-        cordoned = {n["metadata"]["name"]: n for n in self._list(label_selector=self.selector, field_selector="spec.unschedulable=true")}
+        cordoned = {
+            n["metadata"]["name"]: n
+            for n in self._list(label_selector=self.selector, field_selector="spec.unschedulable=true")
+        }
         out = []
         for name in sorted(set(rows) | set(exact) | set(cordoned)):
             whole = exact.get(name) or cordoned.get(name)

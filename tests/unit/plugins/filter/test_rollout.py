@@ -15,8 +15,14 @@ def test_hosts_that_reboot_go_first_in_their_given_order():
 
 
 def test_consecutive_hosts_come_from_different_domains():
-    rows = [row("r1-a", domain="r1"), row("r1-b", domain="r1"), row("r1-c", domain="r1"),
-            row("r2-a", domain="r2"), row("r2-b", domain="r2"), row("r3-a", domain="r3")]
+    rows = [
+        row("r1-a", domain="r1"),
+        row("r1-b", domain="r1"),
+        row("r1-c", domain="r1"),
+        row("r2-a", domain="r2"),
+        row("r2-b", domain="r2"),
+        row("r3-a", domain="r3"),
+    ]
     assert lane_order(rows) == ["r1-a", "r2-a", "r1-b", "r2-b", "r1-c", "r3-a"]
 
 
@@ -34,3 +40,21 @@ def test_hosts_without_a_domain_and_repeats():
 def test_bad_rows_are_named(bad):
     with pytest.raises(ValueError, match="lane_order"):
         lane_order(bad)
+
+
+def test_max_parallel_upgrades_reads_both_spellings():
+    from ansible_collections.npuops.fleet.plugins.filter.rollout import max_parallel_upgrades
+
+    assert [
+        max_parallel_upgrades(p) for p in ({}, None, {"maxParallelUpgrades": 3}, {"max_parallel_upgrades": "0"})
+    ] == [1, 1, 3, 0]
+    with pytest.raises(ValueError, match="maxParallelUpgrades"):
+        max_parallel_upgrades({"maxParallelUpgrades": "many"})
+
+
+def test_lane_row_from_a_preflight_result():
+    from ansible_collections.npuops.fleet.plugins.filter.rollout import lane_row
+
+    res = {"host": "h1", "status": "preflight-ok", "reboot_planned": True, "failure_domain": "rack-7", "node": "n1"}
+    assert lane_row(res) == {"host": "h1", "reboot": True, "domain": "rack-7"}
+    assert lane_row({"host": "h2"}) == {"host": "h2", "reboot": False, "domain": None}

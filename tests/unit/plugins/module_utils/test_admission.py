@@ -54,3 +54,30 @@ def test_a_stop_ends_the_wait_before_any_claim():
 
     with pytest.raises(admission.AdmissionStopped, match="failure on h1"):
         admission.wait_admission(None, NoSlots(), NV, parse_policy({}), "n1", "tok", 10, stop=lambda: "failure on h1")
+
+
+def test_a_stop_during_the_claim_gives_the_claim_back():
+    import pytest
+    from fake_k8s import FakeLeases
+
+    from ansible_collections.npuops.fleet.plugins.module_utils import admission
+
+    class Core:
+        def list_node(self, label_selector=None, _preload_content=True, **kw):
+            import json
+
+            class R:
+                data = json.dumps({"items": [node("n0"), node("n1"), node("n2"), node("n3")]}).encode()
+
+            return R()
+
+    slots = admission.Slots(FakeLeases(), NV)
+    asked = []
+
+    def stop():
+        asked.append(1)
+        return None if len(asked) == 1 else "failure on h0"
+
+    with pytest.raises(admission.AdmissionStopped, match="failure on h0"):
+        admission.wait_admission(Core(), slots, NV, parse_policy({}), "n1", "tok", 10, stop=stop)
+    assert slots.live(slots.read()) == {}

@@ -59,7 +59,7 @@ class Api:
         assert ("includeObject", "None") in kw["query_params"]
         return ("GET", "/api/v1/nodes", kw["header_params"], None, None)
 
-    def call_api(self, *args):
+    def call_api(self, *args, **kw):
         self.gets += 1
         api = self
 
@@ -79,7 +79,7 @@ class Core:
 
     def list_node(self, label_selector=None, field_selector=None, _preload_content=True):
         self.lists.append((label_selector, field_selector))
-        items = [n for n in self.whole.values()]
+        items = list(self.whole.values())
         if field_selector == "spec.unschedulable=true":
             items = [n for n in items if n["spec"].get("unschedulable")]
         elif label_selector and " in (" in label_selector:
@@ -91,9 +91,11 @@ def whole(name, state=None, cordoned=False):
     labels = {NV["presence_label"]: "true"}
     if state:
         labels[STATE] = state
-    return {"metadata": {"name": name, "labels": labels, "annotations": {}},
-            "spec": {"unschedulable": cordoned},
-            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    return {
+        "metadata": {"name": name, "labels": labels, "annotations": {}},
+        "spec": {"unschedulable": cordoned},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
 
 
 def test_nodes_combine_rows_with_fresh_whole_objects(tmp_path):
@@ -115,7 +117,7 @@ def test_the_table_is_shared_for_max_age_then_read_again(tmp_path):
     now = [1000.0]
     api = Api([("n0", "Ready")])
     core = Core(api, {})
-    for _ in range(3):
+    for _attempt in range(3):
         NodeSnapshot(core, NV, STATES, cache_dir=str(tmp_path), clock=lambda: now[0]).nodes()
     assert api.gets == 1
     now[0] += 16
@@ -132,3 +134,22 @@ def test_without_a_table_client_the_full_list_is_read(tmp_path):
 
     nodes = NodeSnapshot(Plain(), NV, STATES, cache_dir=str(tmp_path)).nodes()
     assert [n["metadata"]["name"] for n in nodes] == ["n0"]
+
+
+def test_a_cache_dir_someone_else_can_write_is_not_used(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    api = Api([("n0", "Ready")])
+    core = Core(api, {})
+    for _attempt in range(2):
+        NodeSnapshot(core, NV, STATES, cache_dir=str(shared)).nodes()
+    assert api.gets == 2 and not list(shared.iterdir())
+
+
+def test_a_fresh_read_ignores_the_cache(tmp_path):
+    api = Api([("n0", "Ready")])
+    core = Core(api, {})
+    NodeSnapshot(core, NV, STATES, cache_dir=str(tmp_path)).nodes()
+    NodeSnapshot(core, NV, STATES, cache_dir=str(tmp_path), max_age=0.0).nodes()
+    assert api.gets == 2
