@@ -120,49 +120,6 @@ def inventory(path: Path, names, reboot):
     path.write_text("\n".join(lines) + "\n")
 
 
-def held_workload(apps, pol, node):
-    apps.create_namespaced_deployment(
-        NS,
-        {
-            "metadata": {"name": "held"},
-            "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": {"app": "held"}},
-                "template": {
-                    "metadata": {"labels": {"app": "held"}},
-                    "spec": {
-                        "nodeSelector": {"kubernetes.io/hostname": node},
-                        "tolerations": [{"operator": "Exists"}],
-                        "containers": [{"name": "held", "image": "registry.k8s.io/pause:3.10"}],
-                    },
-                },
-            },
-        },
-    )
-    pol.create_namespaced_pod_disruption_budget(
-        NS,
-        {"metadata": {"name": "held-pdb"}, "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "held"}}}},
-    )
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        st = pol.read_namespaced_pod_disruption_budget("held-pdb", NS).status
-        if st and st.disruptions_allowed == 1:
-            return
-        time.sleep(1)
-    raise RuntimeError("held pod never healthy")
-
-
-def wait_healthy(pol):
-    """The held pod Ready again behind its PDB (a host spawned or rebuilt under it restarts its node)."""
-    deadline = time.time() + 180
-    while time.time() < deadline:
-        st = pol.read_namespaced_pod_disruption_budget("held-pdb", NS).status
-        if st and st.disruptions_allowed == 1:
-            return
-        time.sleep(1)
-    raise RuntimeError("held pod never healthy behind held-pdb")
-
-
 def hold_thread(core, pol, node):
     def run():
         end = time.monotonic() + 1800
@@ -336,14 +293,14 @@ def main() -> int:
     results = {}
     try:
         core.create_namespace({"metadata": {"name": NS}})
-        held_workload(apps, pol, held)
+        fleetlab.held_workload(apps, pol, held, NS)
         spawn(core, names, at_target)
-        wait_healthy(pol)
+        fleetlab.wait_healthy(pol, NS)
         t = hold_thread(core, pol, held)
         results["batches"] = run_window("batches", inv, names, ("maintenance_rollout=batches",), core)
         t.join(60)
         rebuild(core, names, at_target)
-        wait_healthy(pol)
+        fleetlab.wait_healthy(pol, NS)
         t = hold_thread(core, pol, held)
         results["rolling"] = run_window(
             "rolling", inv, names, ("maintenance_rollout=rolling", "--forks=%d" % (WIDTH + 1)), core

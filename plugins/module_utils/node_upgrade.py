@@ -30,6 +30,7 @@ from ansible_collections.npuops.fleet.plugins.module_utils import upgrade_state_
 from ansible_collections.npuops.fleet.plugins.module_utils.driver_labels import node_driver_version
 from ansible_collections.npuops.fleet.plugins.module_utils.driver_version import same_driver_version
 from ansible_collections.npuops.fleet.plugins.module_utils.fleet import identity
+from ansible_collections.npuops.fleet.plugins.module_utils.fleet.caller import CallerWatch
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade_finish import FinishSteps
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade_pod_removal import PodRemovalSteps
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade_prepare import PrepareSteps
@@ -79,6 +80,7 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
         identity_fields: Optional[list[str]] = None,
         drain_preview: bool = True,
         stop_file: Optional[str] = None,
+        caller: Optional[CallerWatch] = None,
     ) -> None:
         # core / policy_api / coord_api may be injected (unit tests use in-memory fakes).
         self.core = core or k8s.CoreV1Api(api_client)
@@ -107,6 +109,8 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
         # A file on the control node whose existence admits no more nodes (the window stopped after a
         # failure); read before every admission decision.
         self.stop_file = stop_file or None
+        # an orphan of a killed playbook must not be admitted (see fleet/caller.py)
+        self.caller = caller if caller is not None else CallerWatch()
         self.baseline = dict(baseline) if baseline else None
         self.profile = profile
         self.policy = policy
@@ -326,7 +330,11 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
             fh.write(reason.replace("\n", " ")[:600] + "\n")
 
     def _stop_reason(self) -> Optional[str]:
-        """The stop file's first line (or a default) once it exists, else None."""
+        """Why no admission may be granted now: the playbook run that started this call is gone, or the
+        stop file exists (its first line, or a default); else None."""
+        gone = self.caller.gone()
+        if gone:
+            return gone
         if not self.stop_file or not os.path.exists(self.stop_file):
             return None
         try:

@@ -24,25 +24,15 @@ from typing import Any, Optional
 
 from labhelpers import REPO, create_kwok_nodes, delete_nodes, run_playbook, wait
 from test_host_lost import HOSTCTL, lab_dir
+from test_safety import TAKEN
 
 OLD, NEW = "535.183.06", "550.90.07"
 OLD_KERNEL = "5.15.0-107-generic"
 GPU_CAPACITY = {"cpu": "4", "memory": "8Gi", "pods": "110", "nvidia.com/gpu": "2"}
 STATE = "nvidia.com/gpu-driver-upgrade-state"
-# the upgrade states between admission and uncordon (the GPU Operator's words), written independently
-# of upgrade_state_machine.py: the watcher must not take its answer from the product
-IN_UPGRADE = {
-    "upgrade-required",
-    "cordon-required",
-    "wait-for-jobs-required",
-    "pod-deletion-required",
-    "drain-required",
-    "pod-restart-required",
-    "reboot-required",
-    "reboot-validation-required",
-    "validation-required",
-    "uncordon-required",
-}
+# the upgrade states between admission and uncordon, written in the tests independently of
+# upgrade_state_machine.py (the watcher must not take its answer from the product)
+IN_UPGRADE = TAKEN
 ZONE = "topology.kubernetes.io/zone"
 
 
@@ -183,3 +173,41 @@ class LimitWatcher:
         self._stop.set()
         if self._thread:
             self._thread.join(10)
+
+
+def held_workload(apps_v1: Any, policy_v1: Any, node: str, ns: str) -> None:
+    """One replica pinned to ``node`` (Deployment ``held``) and PDB ``held-pdb`` that allows its
+    eviction now, so the preflight passes; a test then holds the drain by patching its maxUnavailable."""
+    apps_v1.create_namespaced_deployment(
+        ns,
+        {
+            "metadata": {"name": "held"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "held"}},
+                "template": {
+                    "metadata": {"labels": {"app": "held"}},
+                    "spec": {
+                        "nodeSelector": {"kubernetes.io/hostname": node},
+                        "tolerations": [{"operator": "Exists"}],
+                        "containers": [{"name": "held", "image": "registry.k8s.io/pause:3.10"}],
+                    },
+                },
+            },
+        },
+    )
+    policy_v1.create_namespaced_pod_disruption_budget(
+        ns,
+        {"metadata": {"name": "held-pdb"}, "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "held"}}}},
+    )
+    wait_healthy(policy_v1, ns)
+
+
+def wait_healthy(policy_v1: Any, ns: str, timeout: float = 180) -> None:
+    """The held pod Ready behind its PDB (one disruption allowed)."""
+
+    def allowed() -> bool:
+        st = policy_v1.read_namespaced_pod_disruption_budget("held-pdb", ns).status
+        return bool(st) and st.disruptions_allowed == 1
+
+    wait("held pod Ready behind held-pdb", allowed, timeout)

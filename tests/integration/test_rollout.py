@@ -12,7 +12,7 @@ import time
 import uuid
 
 import pytest
-from fleetlab import NEW, STATE, LimitWatcher, recap, scratch_fleet, window
+from fleetlab import NEW, STATE, LimitWatcher, held_workload, recap, scratch_fleet, window
 from kubernetes import client, watch
 
 WINDOW_LEASE = "npuops-fleet-maintenance-window"
@@ -56,47 +56,13 @@ def summary(workdir):
     return s, {h["host"]: h for h in s["hosts"]}
 
 
-def held_workload(apps_v1, policy_v1, core_v1, node, ns):
-    """One replica on ``node`` and a PDB that allows its eviction now (so the preflight passes)."""
-    apps_v1.create_namespaced_deployment(
-        ns,
-        {
-            "metadata": {"name": "held"},
-            "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": {"app": "held"}},
-                "template": {
-                    "metadata": {"labels": {"app": "held"}},
-                    "spec": {
-                        "nodeSelector": {"kubernetes.io/hostname": node},
-                        "tolerations": [{"operator": "Exists"}],
-                        "containers": [{"name": "held", "image": "registry.k8s.io/pause:3.10"}],
-                    },
-                },
-            },
-        },
-    )
-    policy_v1.create_namespaced_pod_disruption_budget(
-        ns,
-        {"metadata": {"name": "held-pdb"}, "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "held"}}}},
-    )
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        pods = core_v1.list_namespaced_pod(ns, label_selector="app=held").items
-        st = policy_v1.read_namespaced_pod_disruption_budget("held-pdb", ns).status
-        if any(p.status.phase == "Running" for p in pods) and st and st.disruptions_allowed == 1:
-            return
-        time.sleep(1)
-    pytest.fail("held pod not Running with its PDB allowing 1 disruption")
-
-
 def test_rolling_lanes_pass_a_drain_held_by_a_pdb_and_a_rerun_touches_no_host(
     kubeconfig, core_v1, apps_v1, policy_v1, coordination_v1, namespace, tmp_path
 ):
     zones = ["zone-a", "zone-b", "zone-c", "zone-a", "zone-b", "zone-c"]
     with scratch_fleet(core_v1, "lab-roll", zones, tmp_path) as names:
         held = names[0]
-        held_workload(apps_v1, policy_v1, core_v1, held, namespace)
+        held_workload(apps_v1, policy_v1, held, namespace)
         watcher = LimitWatcher(core_v1).start()
         hold = {}
 
