@@ -49,7 +49,7 @@ N_REBOOT = int(os.environ.get("BENCH_REBOOT", "2"))
 N_AT = int(os.environ.get("BENCH_AT_TARGET", "2"))
 HOLD_S = float(os.environ.get("BENCH_HOLD_S", "30"))
 WIDTH = int(os.environ.get("BENCH_WIDTH", "2"))
-NS = "bench-fleet"
+NS = "bench-fleet-%d" % os.getpid()  # a deleted namespace lingers while kwok's pods go
 UNAVOIDABLE = (
     "Install the resolved package set",
     "Unload the modules",
@@ -141,8 +141,11 @@ def costs(path: Path, hosts) -> dict:
         rows = [r for r in data["tasks"] if r["host"] == h]
         up = [r for r in rows if r["play"].startswith(UPGRADE_PLAY)]
         execs = len([r for r in rows if r["status"] in ("ok", "skipped", "failed")])
+        # a role's task is named "<role> : <name>"
         unavoidable = sum(
-            r["end"] - r["start"] for r in up if r["task"].startswith(UNAVOIDABLE) and r["status"] == "ok"
+            r["end"] - r["start"]
+            for r in up
+            if r["task"].split(" : ", 1)[-1].startswith(UNAVOIDABLE) and r["status"] == "ok"
         )
         lane = (max(r["end"] for r in up) - min(r["start"] for r in up)) if up else 0.0
         per[h] = {
@@ -287,20 +290,21 @@ def main() -> int:
     held = names[0]
     reboot = set(names[1 : 1 + N_REBOOT])
     at_target = set(names[total - N_AT :])
-    work_hosts = [n for n in names if n not in at_target]
     inv = WORK / "fleet.yml"
     inventory(inv, names, reboot)
     results = {}
     try:
         core.create_namespace({"metadata": {"name": NS}})
-        fleetlab.held_workload(apps, pol, held, NS)
+        # the held pod after its host: a Node taken over by the lab's node agent restarts its pods' view
         spawn(core, names, at_target)
-        fleetlab.wait_healthy(pol, NS)
+        fleetlab.held_workload(apps, pol, held, NS)
         t = hold_thread(core, pol, held)
         results["batches"] = run_window("batches", inv, names, ("maintenance_rollout=batches",), core)
         t.join(60)
+        apps.delete_namespaced_deployment("held", NS)
+        pol.delete_namespaced_pod_disruption_budget("held-pdb", NS)
         rebuild(core, names, at_target)
-        fleetlab.wait_healthy(pol, NS)
+        fleetlab.held_workload(apps, pol, held, NS)
         t = hold_thread(core, pol, held)
         results["rolling"] = run_window(
             "rolling", inv, names, ("maintenance_rollout=rolling", "--forks=%d" % (WIDTH + 1)), core
@@ -320,13 +324,28 @@ def main() -> int:
     if os.environ.get("BENCH_LAB_NOOP", "1") == "1":
         results["lab"] = lab_noop(core)
 
+    return summarize(results, names)
+
+
+def summarize(results: dict, names: list[str]) -> int:
+    """The summary of one bench run (names in inventory order: the held host, the reboot hosts, ...,
+    the hosts at target last), from the per-host costs; also `fleet_window.py --summarize`, which
+    reads the run's files again."""
+    total = len(names)
+    held = names[0]
+    reboot = set(names[1 : 1 + N_REBOOT])
+    at_target = set(names[total - N_AT :])
+    work_hosts = [n for n in names if n not in at_target]
     roll = results["rolling"]["hosts"]
-    unavoidable = [roll[h]["unavoidable_s"] for h in work_hosts]
+    # per host from the batches run: there no host queues for admission inside prepare (each batch
+    # fits the limits), so prepare's time is its drain and cluster waits alone
+    strict = results["batches"]["hosts"]
+    unavoidable = [strict[h]["unavoidable_s"] for h in work_hosts]
     ideal = sum(unavoidable) / WIDTH
     reload_hosts = [h for h in work_hosts if h not in reboot and h != held]
     upgraded_execs = sum(roll[h]["task_executions"] for h in work_hosts) / len(work_hosts)
     at_execs = max(results["noop"]["hosts"][h]["task_executions"] for h in names)
-    overhead_reload = sum(roll[h]["overhead_s"] for h in reload_hosts) / max(1, len(reload_hosts))
+    overhead_reload = sum(strict[h]["overhead_s"] for h in reload_hosts) / max(1, len(reload_hosts))
     summary = {
         "fleet": {
             "hosts": total,
@@ -351,7 +370,7 @@ def main() -> int:
         "limits": {"maxUnavailable": WIDTH + 1, "maxParallelUpgrades": WIDTH},
         "lab_noop_s": results.get("lab", {}).get("lab-noop", {}).get("wall_s"),
         "model (not a measurement)": model(
-            [roll[h]["unavoidable_s"] for h in work_hosts], overhead_reload, upgraded_execs
+            [strict[h]["unavoidable_s"] for h in work_hosts], overhead_reload, upgraded_execs
         ),
     }
     (OUT / "fleet-summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -363,5 +382,23 @@ def main() -> int:
     return 0 if ok and results["rolling"]["result"] == "ok" else 1
 
 
+def resummarize() -> int:
+    """Recompute the per-host costs and the summary from the files of the last run in WORK."""
+    names = [
+        ln.strip().rstrip(":")
+        for ln in (WORK / "fleet.yml").read_text().splitlines()
+        if ln.startswith("        ") and not ln.startswith("          ")
+    ]
+    results = {}
+    for name in ("batches", "rolling", "noop"):
+        res = json.loads((OUT / ("fleet-%s.json" % name)).read_text())
+        res.update(costs(WORK / ("costs-%s.json" % name), names))
+        (OUT / ("fleet-%s.json" % name)).write_text(json.dumps(res, indent=2) + "\n")
+        results[name] = res
+    if (OUT / "fleet-lab-noop.json").exists():
+        results["lab"] = json.loads((OUT / "fleet-lab-noop.json").read_text())
+    return summarize(results, names)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(resummarize() if sys.argv[1:] == ["--summarize"] else main())
