@@ -76,12 +76,10 @@ def _unavailable(node: Mapping[str, Any], profile: Mapping[str, Any]) -> bool:
     return bool((node.get("spec") or {}).get("unschedulable")) or not node_ready(node) or _taken(node, profile)
 
 
-def vendor_nodes(core: Any, profile: Mapping[str, Any], fresh: bool = False) -> list[dict[str, Any]]:
-    """The vendor's Nodes as admission reads them: a compact snapshot (k8s/node_snapshot.py) whose
-    nodes in an upgrade or cordoned are whole and fresh, the others' readiness at most MAX_AGE old
-    (``fresh``: read now; a decision to admit is always made on a fresh one)."""
-    snap = NodeSnapshot(core, profile, IN_PROGRESS_STATES + (UPGRADE_REQUIRED,), max_age=0.0 if fresh else MAX_AGE)
-    return snap.nodes()
+def node_snapshot(core: Any, profile: Mapping[str, Any], fresh: bool = False) -> NodeSnapshot:
+    """The vendor's Nodes as admission reads them (k8s/node_snapshot.py): nodes in an upgrade or
+    cordoned whole and fresh, the others' readiness at most MAX_AGE old (``fresh``: read now)."""
+    return NodeSnapshot(core, profile, IN_PROGRESS_STATES + (UPGRADE_REQUIRED,), max_age=0.0 if fresh else MAX_AGE)
 
 
 def verdict(
@@ -232,7 +230,8 @@ def wait_admission(
         if halt:
             raise AdmissionStopped(halt)
         record = slots.read()  # first the record, then the nodes: see the module docstring
-        nodes = vendor_nodes(core, profile)
+        snap = node_snapshot(core, profile)
+        nodes = snap.nodes()
         live = slots.live(record, {_name(n) for n in nodes} | {node_name})
         mine = live.get(node_name)
         if mine and mine.get("token") != token:
@@ -242,9 +241,9 @@ def wait_admission(
                 "Lease %s/%s expires in %ds)" % (mine.get("holder", "?"), node_name, slots.namespace, slots.name, left)
             )
         why = verdict(profile, policy, node_name, nodes, set(live) - {node_name})
-        if why is None:
+        if why is None and snap.from_cache:
             # the cached readiness may only make a host wait, never admit it: decide again on a fresh read
-            nodes = vendor_nodes(core, profile, fresh=True)
+            nodes = node_snapshot(core, profile, fresh=True).nodes()
             why = verdict(profile, policy, node_name, nodes, set(live) - {node_name})
         if why is None:
             since = slots.clock()
@@ -279,7 +278,7 @@ def check_admission(
             live = slots.live(slots.read())
         except Exception:  # noqa: BLE001 - check mode must not fail on a missing read right
             live = {}
-    return verdict(profile, policy, node_name, vendor_nodes(core, profile), set(live) - {node_name})
+    return verdict(profile, policy, node_name, node_snapshot(core, profile).nodes(), set(live) - {node_name})
 
 
 def wait_verdict(

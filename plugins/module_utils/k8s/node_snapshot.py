@@ -88,6 +88,8 @@ class NodeSnapshot:
         self.clock = clock
         self.bytes = 0
         self.table_reads = 0
+        # whether the last nodes() took the readiness from the file cache (older than this call)
+        self.from_cache = False
         self.cache_dir = cache_dir or os.path.join(tempfile.gettempdir(), "npuops-fleet-%d" % os.getuid())
 
     # ---- the Table, cached -----------------------------------------------------------------------
@@ -192,6 +194,7 @@ class NodeSnapshot:
         if self.api is None or not hasattr(self.api, "call_api"):
             return self.full()
         rows = self._cached()
+        self.from_cache = rows is not None
         if rows is None:
             try:
                 rows = self._read_table()

@@ -153,3 +153,22 @@ def test_a_fresh_read_ignores_the_cache(tmp_path):
     NodeSnapshot(core, NV, STATES, cache_dir=str(tmp_path)).nodes()
     NodeSnapshot(core, NV, STATES, cache_dir=str(tmp_path), max_age=0.0).nodes()
     assert api.gets == 2
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_an_admission_reads_the_table_fresh_once(tmp_path, monkeypatch, cached):
+    from fake_k8s import FakeLeases
+
+    from ansible_collections.npuops.fleet.plugins.module_utils.k8s import node_snapshot
+
+    monkeypatch.setattr(node_snapshot.tempfile, "gettempdir", lambda: str(tmp_path))
+    api = Api([("n0", "Ready"), ("n1", "Ready"), ("n2", "Ready"), ("n3", "Ready")])
+    core = Core(api, {})
+    if cached:
+        NodeSnapshot(core, NV, STATES).nodes()  # another lane's read, within MAX_AGE
+        api.gets = 0
+    since, why = admission.wait_admission(core, admission.Slots(FakeLeases(), NV), NV, parse_policy({}), "n1", "tok", 5)
+    assert why is None and since is not None
+    # no cache: the Table this decision read is fresh and not read again (2 would be a double read);
+    # a cached one is read afresh before the claim (0 would be an admission on the cache)
+    assert api.gets == 1
