@@ -335,8 +335,8 @@ class LogWatch(threading.Thread):
         self.fired = False
 
     def run(self) -> None:
-        # the fleet preflight play lists every task of the role (skipped): look in the batch play only
-        play = "PLAY [Maintenance window - upgrade in batches"
+        # the fleet preflight play lists tasks of the role too: look in the upgrade play only
+        play = "PLAY [Maintenance window - upgrade the hosts"
         while self.run_.proc.poll() is None:
             out = self.run_.out
             if play in out and self.needle in out[out.index(play):]:

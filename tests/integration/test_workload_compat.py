@@ -243,8 +243,8 @@ def test_window_refuses_before_any_cordon_when_a_workload_would_have_no_node(
     assert s["result"] == "failed" and h["status"] == "not-started", h
     assert "would have no node left after the change" in h["reason"] and "pinned-inference" in h["reason"], h
     assert recap_changed(out)[N1] == 0, out[-2000:]  # nothing changed on the host
-    batches = out.split("PLAY [Maintenance window - upgrade in batches")[1].split("PLAY [")[0]
-    assert "TASK [npuops.fleet.driver_upgrade" not in batches, batches  # no batch started
+    upgrade_play = out.split("PLAY [Maintenance window - upgrade the hosts")[1].split("PLAY [")[0]
+    assert "TASK [npuops.fleet.driver_upgrade" not in upgrade_play, upgrade_play  # no lane started
     after = core_v1.read_node(N1)
     assert not after.spec.unschedulable
     assert (after.metadata.labels or {}).get(GPU_STATE) == (before.metadata.labels or {}).get(GPU_STATE)
