@@ -1,11 +1,15 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Filters of the maintenance window's rollout: the order in which hosts take a lane.
 
-``lane_order(rows)``: ``rows`` is a list of mappings ``{host, reboot, domain}`` (``reboot``: the host's
-work reboots it; ``domain``: its failure domain, a zone or rack label value, or None). Returns the
-host names, every host once:
+``lane_order(rows)``: ``rows`` is a list of mappings ``{host, reboot, domain, resume}`` (``reboot``: the
+host's work reboots it; ``domain``: its failure domain, a zone or rack label value, or None;
+``resume``: its node is already in an upgrade, cordoned by an earlier run or failed, optional).
+Returns the host names, every host once:
 
-* hosts that reboot first: they take longest, and a rolling window ends soonest when its longest
+* hosts whose node is already in an upgrade first, in the given order: such a node holds an
+  admission slot or counts as unavailable, so a host that waits for admission ahead of it would wait
+  for a lane that only its own resumption can free (with one lane: for ever);
+* then hosts that reboot: they take longest, and a rolling window ends soonest when its longest
   lanes start first (longest-processing-time-first);
 * within each of those two groups, one host per failure domain in turn (the domain with the most
   hosts left goes first, ties by name), so consecutive lanes do not drain the same rack; hosts
@@ -25,10 +29,11 @@ DOCUMENTATION = r"""
 name: lane_order
 short_description: Order hosts for the maintenance window's lanes
 description:
-  - Hosts that reboot first, then spread by failure domain, otherwise in the given order.
+  - Hosts whose node is already in an upgrade first, then hosts that reboot, then the rest; within the
+    last two, spread by failure domain; otherwise in the given order.
 options:
   _input:
-    description: List of mappings with C(host) (str), C(reboot) (bool) and C(domain) (str or null).
+    description: List of mappings with C(host) (str), C(reboot) (bool), C(domain) (str or null) and optionally C(resume) (bool).
     type: list
     elements: dict
     required: true
@@ -85,6 +90,8 @@ def lane_row(result: Mapping[str, Any]) -> dict[str, Any]:
         "host": result["host"],
         "reboot": bool(result.get("reboot_planned")),
         "domain": result.get("failure_domain"),
+        # in an upgrade, failed or admitted already: anything but no state or upgrade-done
+        "resume": (result.get("state_at_start") or "") not in ("", "upgrade-done"),
     }
 
 
@@ -99,9 +106,11 @@ def lane_order(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         if str(row["host"]) not in seen:
             seen.add(str(row["host"]))
             clean.append(row)
-    reboot = [r for r in clean if r.get("reboot")]
-    reload_only = [r for r in clean if not r.get("reboot")]
-    return _spread(reboot) + _spread(reload_only)
+    resume = [str(r["host"]) for r in clean if r.get("resume")]
+    rest = [r for r in clean if not r.get("resume")]
+    reboot = [r for r in rest if r.get("reboot")]
+    reload_only = [r for r in rest if not r.get("reboot")]
+    return resume + _spread(reboot) + _spread(reload_only)
 
 
 class FilterModule:

@@ -242,8 +242,11 @@ def wait_admission(
             )
         why = verdict(profile, policy, node_name, nodes, set(live) - {node_name})
         if why is None and snap.from_cache:
-            # the cached readiness may only make a host wait, never admit it: decide again on a fresh read
+            # the cached readiness may only make a host wait, never admit it: decide again on a fresh
+            # read, and keep every live entry of a node that read shows (a node labelled since the
+            # cached Table: another run's claim on it counts and is written back)
             nodes = node_snapshot(core, profile, fresh=True).nodes()
+            live = slots.live(record, {_name(n) for n in nodes} | {node_name})
             why = verdict(profile, policy, node_name, nodes, set(live) - {node_name})
         if why is None:
             since = slots.clock()
@@ -269,16 +272,17 @@ def wait_admission(
 
 
 def check_admission(
-    core: Any, slots: Optional[Slots], profile: Mapping[str, Any], policy: Any, node_name: str
+    core: Any, slots: Optional[Slots], profile: Mapping[str, Any], policy: Any, node_name: str, fresh: bool = False
 ) -> Optional[str]:
-    """Read-only verdict for check mode (no slot claimed); slot record read errors count as empty."""
+    """Read-only verdict (no slot claimed); slot record read errors count as empty. ``fresh``: the
+    nodes read now, not from the snapshot cache."""
     live: dict[str, Any] = {}
     if slots is not None:
         try:
             live = slots.live(slots.read())
         except Exception:  # noqa: BLE001 - check mode must not fail on a missing read right
             live = {}
-    return verdict(profile, policy, node_name, node_snapshot(core, profile).nodes(), set(live) - {node_name})
+    return verdict(profile, policy, node_name, node_snapshot(core, profile, fresh).nodes(), set(live) - {node_name})
 
 
 def wait_verdict(
@@ -297,6 +301,8 @@ def wait_verdict(
     delays = k8s_retry.backoff_delays(first=1.0, cap=5.0)
     while True:
         why = check_admission(core, slots, profile, policy, node_name)
+        if why is None:  # admitted on a cached read: only a fresh one may admit
+            why = check_admission(core, slots, profile, policy, node_name, fresh=True)
         if why is None or (end is not None and clock() >= end):
             return why
         delay = next(delays)

@@ -150,7 +150,11 @@ def test_rolling_lanes_pass_a_drain_held_by_a_pdb_and_a_rerun_touches_no_host(
         # taken, renewed once with the window's TTL, released: not one write per host
         assert writes.count("MODIFIED") <= 2 and "ADDED" in writes and "DELETED" in writes, writes
         r = recap(out)
-        print("task executions per host at target:", {n: r[n]["ok"] + r[n]["skipped"] for n in names})
+        cost = {n: r[n]["ok"] + r[n]["skipped"] for n in names}
+        print("task executions per host at target:", cost)
+        # the short route: a node read, a host read, a check-mode prepare, a decision and the play's own
+        # few; one host also carries the run_once tasks of the preflight play
+        assert all(c <= 10 for c in sorted(cost.values())[:-1]), cost
 
 
 def test_a_failure_in_a_rolling_window_starts_no_new_host_and_finishes_those_in_flight(

@@ -56,5 +56,16 @@ def test_lane_row_from_a_preflight_result():
     from ansible_collections.npuops.fleet.plugins.filter.rollout import lane_row
 
     res = {"host": "h1", "status": "preflight-ok", "reboot_planned": True, "failure_domain": "rack-7", "node": "n1"}
-    assert lane_row(res) == {"host": "h1", "reboot": True, "domain": "rack-7"}
-    assert lane_row({"host": "h2"}) == {"host": "h2", "reboot": False, "domain": None}
+    assert lane_row(res) == {"host": "h1", "reboot": True, "domain": "rack-7", "resume": False}
+    assert lane_row({"host": "h2"}) == {"host": "h2", "reboot": False, "domain": None, "resume": False}
+    assert [lane_row({"host": "h", "state_at_start": s})["resume"] for s in
+            (None, "", "upgrade-done", "upgrade-required", "drain-required", "upgrade-failed")] == [
+        False, False, False, True, True, True]
+
+
+def test_nodes_already_in_an_upgrade_take_the_first_lanes():
+    # one lane (maxParallelUpgrades 1): a fresh host first would wait for the slot the killed run's
+    # node holds, and that node would never get a lane
+    rows = [row("fresh", True, "r1"), dict(row("killed"), resume=True), row("b", domain="r2"),
+            dict(row("failed", True, "r1"), resume=True)]
+    assert lane_order(rows) == ["killed", "failed", "fresh", "b"]

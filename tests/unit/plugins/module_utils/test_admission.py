@@ -81,3 +81,57 @@ def test_a_stop_during_the_claim_gives_the_claim_back():
     with pytest.raises(admission.AdmissionStopped, match="failure on h0"):
         admission.wait_admission(Core(), slots, NV, parse_policy({}), "n1", "tok", 10, stop=stop)
     assert slots.live(slots.read()) == {}
+
+
+class _Snap:
+    def __init__(self, nodes, from_cache):
+        self._nodes, self.from_cache = nodes, from_cache
+
+    def nodes(self):
+        return self._nodes
+
+
+def _cached_then_fresh(monkeypatch, cached, now):
+    from ansible_collections.npuops.fleet.plugins.module_utils import admission
+
+    def snapshot(core, profile, fresh=False):
+        return _Snap(now if fresh else cached, not fresh)
+
+    monkeypatch.setattr(admission, "node_snapshot", snapshot)
+    return admission
+
+
+def test_another_runs_claim_on_a_node_the_cached_table_lacks_counts_and_stays(monkeypatch):
+    """Run B claimed n9, labelled moments ago and missing from this control node's cached Table: the
+    fresh read before the claim counts B's entry (maxUnavailable 1 reached) and never drops it."""
+    import time
+
+    from fake_k8s import FakeLeases
+
+    cached = [node("n%d" % i) for i in range(4)]
+    fresh = cached + [node("n9")]
+    admission = _cached_then_fresh(monkeypatch, cached, fresh)
+    slots = admission.Slots(FakeLeases(), NV)
+    assert slots.write(slots.read(), {"n9": {"token": "run-b", "since": time.time(), "holder": "b/1"}})
+    ticks = iter(range(100))
+    since, why = admission.wait_admission(
+        None, slots, NV, parse_policy({"maxUnavailable": 1}), "n1", "run-a", 2,
+        sleep=lambda s: None, clock=lambda: next(ticks),
+    )
+    assert since is None and "maxUnavailable 1" in why and "n9" in why, why
+    assert set(slots.read().entries) == {"n9"}
+    # room for both: A claims n1 and writes B's n9 back with it
+    since, why = admission.wait_admission(
+        None, slots, NV, parse_policy({"maxUnavailable": 2, "maxParallelUpgrades": 2}), "n1", "run-a", 2,
+        sleep=lambda s: None, clock=lambda: next(ticks),
+    )
+    assert why is None and set(slots.read().entries) == {"n1", "n9"}
+
+
+def test_a_wait_for_a_verdict_admits_only_on_a_fresh_read(monkeypatch):
+    cached = [node("n0"), node("n1"), node("n2"), node("n3")]
+    fresh = [node("n0", cordoned=True), node("n1"), node("n2"), node("n3")]
+    admission = _cached_then_fresh(monkeypatch, cached, fresh)
+    ticks = iter(range(100))
+    why = admission.wait_verdict(None, None, NV, parse_policy({}), "n1", 2, sleep=lambda s: None, clock=lambda: next(ticks))
+    assert why and "n0" in why
