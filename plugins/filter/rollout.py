@@ -33,7 +33,9 @@ description:
     last two, spread by failure domain; otherwise in the given order.
 options:
   _input:
-    description: List of mappings with C(host) (str), C(reboot) (bool), C(domain) (str or null) and optionally C(resume) (bool).
+    description:
+      - List of mappings with C(host) (str), C(reboot) (bool), C(domain) (str or null) and optionally
+        C(resume) (bool).
     type: list
     elements: dict
     required: true

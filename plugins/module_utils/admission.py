@@ -41,6 +41,10 @@ SLOTS_ANNOTATION = "npuops.io/admitted-nodes"
 # labelling the node (each retried for at most k8s_retry.DEFAULT_BUDGET).
 SLOT_GRACE = 300.0
 DEFAULT_NAMESPACE = "kube-system"
+# Seconds a wait without bound (admission_timeout 0) goes on while no other node is upgrading or
+# admitted: the limit is then held by nodes cordoned, NotReady or failed outside any upgrade, which
+# no lane of the run frees, so a rolling window would otherwise wait for a person, for ever.
+STALLED_TIMEOUT = 600.0
 
 
 class AdmissionConflict(RuntimeError):
@@ -214,16 +218,20 @@ def wait_admission(
     sleep: Callable[[float], None] = k8s_wait.pause,
     clock: Callable[[], float] = time.monotonic,
     stop: Optional[Callable[[], Optional[str]]] = None,
+    stalled_timeout: float = STALLED_TIMEOUT,
 ) -> tuple[Optional[float], Optional[str]]:
     """Wait until ``node_name`` is admitted and claim its slot: ``(since, None)`` when claimed (the
     entry's time on the slot clock, for the caller's deadline), ``(None, reason)`` after ``timeout``
-    seconds (None = forever). Polls every 1-5 s while it must wait.
+    seconds (None = as long as some other node is upgrading or admitted, and ``stalled_timeout``
+    seconds after that stopped: nothing of any run would free a lane then). Polls every 1-5 s while
+    it must wait.
 
     ``stop``: asked before every decision; a reason (str) ends the wait without a claim.
     Raises AdmissionConflict when another run holds a live entry for the same node, AdmissionStopped
     when ``stop`` gave a reason.
     """
     end = None if timeout is None else clock() + timeout
+    stalled_since: Optional[float] = None
     delays = k8s_retry.backoff_delays(first=1.0, cap=5.0)
     while True:
         halt = stop() if stop is not None else None
@@ -267,6 +275,16 @@ def wait_admission(
             continue  # someone wrote in between: decide again on fresh data
         if end is not None and clock() >= end:
             return None, why
+        if end is None:
+            moving = bool(set(live) - {node_name}) or any(
+                _taken(n, profile) for n in nodes if _name(n) != node_name
+            )
+            stalled_since = None if moving else (clock() if stalled_since is None else stalled_since)
+            if stalled_since is not None and clock() - stalled_since >= stalled_timeout:
+                return None, "%s; no other node has been upgrading for %ds, so no lane of any run frees one" % (
+                    why,
+                    stalled_timeout,
+                )
         delay = next(delays)
         sleep(delay if end is None else max(0.0, min(delay, end - clock())))
 

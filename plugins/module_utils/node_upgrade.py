@@ -49,6 +49,8 @@ except ImportError:  # pragma: no cover - reported by the module
 # Seconds prepare waits for the kubelet to report a new boot id when that is the only difference
 # between the host and its Node (the kubelet posts status every 10 s once it runs).
 IDENTITY_BOOT_ID_WAIT = 90
+# beside the stop file: one file per node of the run that failed (NodeUpgrade.record_failure, the role's rescue)
+FAILURES_DIR = "failures"
 
 
 class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
@@ -328,6 +330,25 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
             return  # there already, or its directory is gone: nothing more to stop
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(reason.replace("\n", " ")[:600] + "\n")
+
+    def record_failure(self, reason: str, max_failures: int) -> None:
+        """Record this node's failure in ``failures/`` beside the stop file (one file per node, so a
+        node that fails twice counts once) and write the stop file when more than ``max_failures``
+        nodes are recorded. Counted at the moment of the failure, after this node's own file is
+        written: of two failures at once, the later count sees both. A record that cannot be written
+        or counted stops the window (safe side)."""
+        if not self.stop_file:
+            return
+        folder = os.path.join(os.path.dirname(self.stop_file), FAILURES_DIR)
+        try:
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, self.name), "w", encoding="utf-8") as fh:
+                fh.write(reason.replace("\n", " ")[:600] + "\n")
+            count = len(os.listdir(folder))
+        except OSError:
+            count = max_failures + 1
+        if count > max_failures:
+            self.write_stop(reason)
 
     def _stop_reason(self) -> Optional[str]:
         """Why no admission may be granted now: the playbook run that started this call is gone, or the

@@ -31,7 +31,9 @@ class LeaseKeepalive:
     """Renews ``holder``'s Lease through ``manager`` (a ``lease.LeaseManager``) while waits run.
 
     ``ttl``: seconds, the Lease's leaseDurationSeconds. ``interval``: seconds between renewals
-    (default ttl / 3, at least 1). ``clock``: monotonic seconds.
+    (default ttl / 3, at least 1). ``clock``: monotonic seconds. ``renewed_age``: seconds since the
+    caller's last successful renewal before this process started (the control node renews at most
+    every ttl/3): the give-up deadline counts from that renewal, not from this process's start.
     """
 
     def __init__(
@@ -41,6 +43,7 @@ class LeaseKeepalive:
         ttl: int,
         interval: Optional[float] = None,
         clock: Callable[[], float] = time.monotonic,
+        renewed_age: float = 0.0,
     ):
         self.manager = manager
         self.holder = holder
@@ -48,7 +51,7 @@ class LeaseKeepalive:
         self.interval = float(interval) if interval else max(1.0, self.ttl / 3.0)
         self.renew_deadline = self.ttl * 2.0 / 3.0
         self.clock = clock
-        self.last_ok = clock()
+        self.last_ok = clock() - max(0.0, float(renewed_age))
         self.last_try: Optional[float] = None
         self.renewals = 0
 

@@ -54,6 +54,8 @@ class PrepareSteps:
         """Admission, then the first transition (upgrade-required), both safe against concurrent runs."""
         claimed = self._admit()
         try:
+            if not self.check:
+                self._recheck_after_admission()
             why = "upgrade to driver %s requested (node has %s)" % (
                 self.target,
                 self.result["driver_version"] or "no driver label",
@@ -81,6 +83,28 @@ class PrepareSteps:
                         "could not remove the admission slot entry of node %s; it expires after %ds"
                         % (self.name, admission.SLOT_GRACE)
                     )
+
+    def _recheck_after_admission(self) -> None:
+        """The node as it is once admitted (the wait may have taken hours): a skip label set meanwhile
+        leaves it alone, and a state another run or an admin wrote meanwhile is theirs; either way
+        nothing is changed and the caller gives the slot back."""
+        fresh = node_record.read_node(self.core, self.name)
+        labels = node_record.labels(fresh)
+        skip_label = self.profile["upgrade_skip_label"]
+        if labels.get(skip_label) == "true":
+            self.result["skipped"] = True
+            self.result["skip_reason"] = (
+                "node was labelled %s=true while it waited for admission; its driver is left alone" % skip_label
+            )
+            raise sm.UpgradeNotStarted("not started: %s (nothing was changed)" % self.result["skip_reason"])
+        now = labels.get(self.profile["upgrade_state_label"]) or ""
+        if now != (self.state or ""):
+            raise UpgradeConflict(
+                "node %s: state label changed from %s to %s while it waited for admission (another run or an "
+                "admin is working on this node); this run changed nothing"
+                % (self.name, self.state or "(none)", now or "(none)")
+            )
+        self.node = fresh
 
     def _prepare_steps(self, entry: sm.Entry) -> None:
         if entry.action == "resume" and self.state == sm.UPGRADE_REQUIRED:

@@ -61,7 +61,10 @@ options:
     type: str
   admission_timeout:
     description: Seconds prepare waits while the vendor's unavailable nodes are at C(maxUnavailable)
-      or C(maxParallelUpgrades) nodes are upgrading. 0 waits forever.
+      or C(maxParallelUpgrades) nodes are upgrading. 0 waits without bound while another node is
+      upgrading or admitted (its lane may free one), and gives up 600 s after that stopped (the
+      limit is then held by nodes cordoned, NotReady or failed outside any upgrade, which only a
+      person frees).
     type: int
     default: 600
   operands_timeout:
@@ -175,14 +178,15 @@ options:
         O(phase=prepare) admits this node no more; a call still waiting for admission returns
         RV(not_started) (its first line as the reason) without any change, not failed.
     type: path
-  stop_on_failure:
+  max_failures:
     description:
-      - With O(stop_file), a failure of this call writes O(stop_file) (when it does not exist yet) before
-        the module returns, with the node, the phase and the reason as its first line. The window
-        sets it when this failure would be one more than it tolerates, so that a slot that
-        C(prepare)'s abort frees is never taken by a host of the same run.
-    type: bool
-    default: false
+      - With O(stop_file), a failure of this call records the node in C(failures/) beside O(stop_file)
+        (one file per node; the role's rescue records there too) and writes O(stop_file), when it does
+        not exist yet, once more than this many nodes are recorded, with the node, the phase and the
+        reason as its first line. Counted at the moment of the failure, so that a slot that
+        C(prepare)'s abort frees is never taken by a host of the same run after one failure too many,
+        and two failures at once both count. Unset = no record.
+    type: int
   admission_namespace:
     description:
       - Namespace of the admission slot record, the Lease C(npuops-fleet-admission-<vendor>) through which
@@ -197,6 +201,8 @@ options:
         (C(timeoutSeconds) 0) never outlives the Lease. Renewed at most every O(run_lease.ttl)/3 seconds.
       - When the Lease is found held by another run, or could not be renewed for its whole TTL, the wait
         stops and the step fails (before host work through the abort, which restores the node).
+      - O(run_lease.renewed_at) - when the caller last renewed the Lease (seconds since the epoch,
+        this control node's clock); the 2/3-of-TTL give-up deadline counts from then.
       - Omitted (the default) - nothing is renewed. Ignored in check mode.
     type: dict
     suboptions:
@@ -395,6 +401,7 @@ lease_lost:
 """
 
 import re  # noqa: E402
+import time  # noqa: E402
 import traceback  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
@@ -459,7 +466,7 @@ def main():
         ),
         admission_namespace=dict(type="str", default="kube-system"),
         stop_file=dict(type="path"),
-        stop_on_failure=dict(type="bool", default=False),
+        max_failures=dict(type="int"),
         run_lease=dict(
             type="dict",
             options=dict(
@@ -467,6 +474,7 @@ def main():
                 namespace=dict(type="str", default="kube-system"),
                 holder=dict(type="str", required=True),
                 ttl=dict(type="int", default=900),
+                renewed_at=dict(type="float"),
             ),
         ),
     )
@@ -513,8 +521,9 @@ def main():
         if rl["ttl"] < 1:
             module.fail_json(msg="invalid input, nothing was changed: run_lease.ttl must be >= 1 second",
                              node=p["node"])
+        age = max(0.0, time.time() - rl["renewed_at"]) if rl.get("renewed_at") else 0.0
         k8s_wait.add_heartbeat(LeaseKeepalive(LeaseManager(api_client, rl["namespace"], rl["name"], budget=10),
-                                              rl["holder"], rl["ttl"]).tick)
+                                              rl["holder"], rl["ttl"], renewed_age=age).tick)
 
     def secs(value):
         return None if not value else value
@@ -544,8 +553,8 @@ def main():
     try:
         result = upgrade.run(p["phase"], p["reason"])
     except UpgradeFailed as exc:
-        if p["stop_on_failure"] and not module.check_mode:
-            upgrade.write_stop("failure on %s (%s): %s" % (p["node"], p["phase"], exc))
+        if p["max_failures"] is not None and not module.check_mode:
+            upgrade.record_failure("failure on %s (%s): %s" % (p["node"], p["phase"], exc), p["max_failures"])
         result = dict(upgrade.result, api_requests=counts, changed=upgrade.changed, kube_auth=kube_auth)
         result["conflict"] = isinstance(exc, UpgradeConflict)
         result["lease_lost"] = type(exc).__name__ == "LeaseLost"

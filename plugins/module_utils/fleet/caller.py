@@ -35,10 +35,33 @@ def proc_parent(pid: int) -> Optional[int]:
         return None
 
 
-class CallerWatch:
-    """The parent chain of this process, ``depth`` levels up (stopping at init)."""
+def proc_is_playbook(pid: int) -> bool:
+    """Whether ``pid`` runs ansible-playbook (its main process or a worker forked from it, which
+    keeps its command line): one of its first three arguments is a path whose base name starts with
+    ``ansible-playbook``."""
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as fh:
+            args = fh.read().split(b"\0")
+    except OSError:
+        return False
+    # " " excluded: a shell's "-c 'ansible-playbook ...'" is not the playbook itself
+    return any(
+        os.path.basename(a).startswith(b"ansible-playbook") and b" " not in a for a in args[:3]
+    )
 
-    def __init__(self, depth: int = 4, reader: Reader = proc_parent, pid: Optional[int] = None) -> None:
+
+class CallerWatch:
+    """The parent chain of this process, ``depth`` levels up, stopping at init and at the
+    ansible-playbook main process: what started the playbook (a shell, nohup, a job runner) may end
+    while the run goes on."""
+
+    def __init__(
+        self,
+        depth: int = 5,
+        reader: Reader = proc_parent,
+        pid: Optional[int] = None,
+        is_playbook: Callable[[int], bool] = proc_is_playbook,
+    ) -> None:
         self.reader = reader
         self.chain: list[tuple[int, int]] = []  # (process, its parent) as at the start
         child = os.getpid() if pid is None else pid
@@ -47,6 +70,8 @@ class CallerWatch:
             if parent is None or parent <= 1:
                 break
             self.chain.append((child, parent))
+            if is_playbook(parent) and not is_playbook(reader(parent) or 0):
+                break  # the playbook's main process: its own parent is none of the run's business
             child = parent
 
     def gone(self) -> Optional[str]:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import tempfile
 import time
 from typing import Any, Callable, Mapping, Optional
@@ -94,15 +95,19 @@ class NodeSnapshot:
 
     # ---- the Table, cached -----------------------------------------------------------------------
     def _cache_path(self) -> str:
-        host = getattr(getattr(self.api, "configuration", None), "host", "") or ""
-        key = hashlib.sha256(("%s\n%s" % (host, self.selector)).encode()).hexdigest()[:16]
+        conf = getattr(self.api, "configuration", None)
+        # one cluster per key: two clusters behind the same address (tunnels, port forwards) differ
+        # by their CA or client certificate
+        who = [str(getattr(conf, k, "") or "") for k in ("host", "ssl_ca_cert", "cert_file")]
+        key = hashlib.sha256("\n".join(who + [self.selector]).encode()).hexdigest()[:16]
         return os.path.join(self.cache_dir, "nodes-%s.json" % key)
 
     def _cached(self) -> Optional[dict[str, dict[str, bool]]]:
         if self.max_age <= 0 or not self._cache_dir_ours():
             return None
         try:
-            with open(self._cache_path(), encoding="utf-8") as fh:
+            fd = os.open(self._cache_path(), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            with os.fdopen(fd, encoding="utf-8") as fh:
                 data = json.load(fh)
             rows = data["rows"]
             if 0 <= self.clock() - float(data["at"]) <= self.max_age and isinstance(rows, dict):
@@ -114,10 +119,10 @@ class NodeSnapshot:
     def _cache_dir_ours(self) -> bool:
         """The cache directory is this user's and nobody else's (it sits in a shared temp dir)."""
         try:
-            st = os.stat(self.cache_dir)
+            st = os.lstat(self.cache_dir)  # a symlink planted there is not ours
         except OSError:
             return False
-        return st.st_uid == os.getuid() and not st.st_mode & 0o077
+        return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
 
     def _store(self, rows: dict[str, dict[str, bool]]) -> None:
         try:

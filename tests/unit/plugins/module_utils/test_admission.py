@@ -133,5 +133,43 @@ def test_a_wait_for_a_verdict_admits_only_on_a_fresh_read(monkeypatch):
     fresh = [node("n0", cordoned=True), node("n1"), node("n2"), node("n3")]
     admission = _cached_then_fresh(monkeypatch, cached, fresh)
     ticks = iter(range(100))
-    why = admission.wait_verdict(None, None, NV, parse_policy({}), "n1", 2, sleep=lambda s: None, clock=lambda: next(ticks))
+    why = admission.wait_verdict(
+        None, None, NV, parse_policy({}), "n1", 2, sleep=lambda s: None, clock=lambda: next(ticks)
+    )
     assert why and "n0" in why
+
+
+def test_a_wait_without_bound_gives_up_when_nothing_upgrades_that_could_free_a_lane(monkeypatch):
+    """maxUnavailable 1 held by a node a failed upgrade left cordoned: no lane of any run frees it,
+    so a rolling lane's unbounded wait ends STALLED_TIMEOUT after nothing else is upgrading; while
+    another node upgrades it goes on."""
+    from fake_k8s import FakeLeases
+
+    failed = [node("n0", cordoned=True, state="upgrade-failed"), node("n1"), node("n2"), node("n3")]
+    admission = _cached_then_fresh(monkeypatch, failed, failed)
+    t = [0.0]
+
+    def sleep(s):
+        t[0] += s
+
+    since, why = admission.wait_admission(
+        None, admission.Slots(FakeLeases(), NV), NV, parse_policy({"maxUnavailable": 1}), "n1", "tok", None,
+        sleep=sleep, clock=lambda: t[0], stalled_timeout=60,
+    )
+    assert since is None and "n0" in why and "no other node has been upgrading for 60s" in why
+    assert 60 <= t[0] < 70
+
+    upgrading = [node("n0", cordoned=True, state="drain-required"), node("n1"), node("n2"), node("n3")]
+    admission = _cached_then_fresh(monkeypatch, upgrading, upgrading)
+    t[0] = 0.0
+
+    def sleep_until_it_is_done(s):
+        t[0] += s
+        if t[0] > 300:  # the other upgrade ends after 5 minutes, longer than the stall limit
+            upgrading[0] = node("n0", state="upgrade-done")
+
+    since, why = admission.wait_admission(
+        None, admission.Slots(FakeLeases(), NV), NV, parse_policy({"maxUnavailable": 1}), "n1", "tok", None,
+        sleep=sleep_until_it_is_done, clock=lambda: t[0], stalled_timeout=60,
+    )
+    assert why is None and since is not None

@@ -21,6 +21,18 @@ def test_the_chain_as_long_as_it_holds():
     assert w.chain == [(30, 20), (20, 10)] and w.gone() is None
 
 
+def test_the_chain_ends_at_the_playbooks_main_process():
+    """module 40 -> worker 30 -> main 20 (both ansible-playbook) -> a launcher shell 10 -> nohup 5:
+    the launcher ending (its shell logged out) is not the run ending; the worker's is."""
+    parents = {40: 30, 30: 20, 20: 10, 10: 5, 5: 1}
+    w = CallerWatch(reader=parents.get, pid=40, is_playbook=lambda pid: pid in (30, 20))
+    assert w.chain == [(40, 30), (30, 20)]
+    parents[20] = 1
+    assert w.gone() is None
+    parents[30] = 1
+    assert "lost its parent 20" in w.gone()
+
+
 def test_an_ancestor_re_parented_means_the_caller_is_gone():
     parents = {30: 20, 20: 10, 10: 5, 5: 1}
     w = CallerWatch(reader=parents.get, pid=30)

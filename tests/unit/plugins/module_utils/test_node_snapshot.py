@@ -147,6 +147,20 @@ def test_a_cache_dir_someone_else_can_write_is_not_used(tmp_path):
     assert api.gets == 2 and not list(shared.iterdir())
 
 
+def test_a_cache_dir_that_is_a_symlink_is_not_used(tmp_path):
+    """Someone planted the shared temp dir's cache path as a link to a private directory of ours."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    private.chmod(0o700)
+    link = tmp_path / "npuops-fleet-0"
+    link.symlink_to(private)
+    api = Api([("n0", "Ready")])
+    core = Core(api, {})
+    for _attempt in range(2):
+        NodeSnapshot(core, NV, STATES, cache_dir=str(link)).nodes()
+    assert api.gets == 2 and not list(private.iterdir())
+
+
 def test_a_fresh_read_ignores_the_cache(tmp_path):
     api = Api([("n0", "Ready")])
     core = Core(api, {})

@@ -447,3 +447,66 @@ def test_rebooting_again_from_reboot_required_records_the_current_boot():
     res = upgrade(c).run("reboot", "resuming")
     assert res["state"] == "reboot-required"
     assert c.nodes["n1"]["metadata"]["annotations"][ANN + "boot-id-before"] == "boot-1"
+
+
+def test_skip_label_set_while_waiting_for_admission_leaves_the_node_alone(monkeypatch):
+    """An admin labels the node skip while it waits (hours, in a rolling window) for a lane: once
+    admitted it is not cordoned, its state is not written, and its slot is given back."""
+    c = cluster()
+    leases = FakeLeases()
+    real = admission.wait_admission
+
+    def admitted_after_the_label(*a, **kw):
+        got = real(*a, **kw)
+        c.nodes["n1"]["metadata"]["labels"][NV["upgrade_skip_label"]] = "true"
+        return got
+
+    monkeypatch.setattr(admission, "wait_admission", admitted_after_the_label)
+    res = upgrade(c, leases=leases).run("prepare")
+    assert res["skipped"] and res["not_started"], res
+    assert "while it waited for admission" in res["skip_reason"]
+    assert STATE not in c.nodes["n1"]["metadata"]["labels"]
+    assert not c.nodes["n1"]["spec"].get("unschedulable")
+    slots = admission.Slots(leases, NV)
+    assert slots.live(slots.read()) == {}
+
+
+def test_a_state_written_by_someone_else_while_waiting_for_admission_is_theirs(monkeypatch):
+    c = cluster()
+    leases = FakeLeases()
+    real = admission.wait_admission
+
+    def admitted_after_their_write(*a, **kw):
+        got = real(*a, **kw)
+        c.nodes["n1"]["metadata"]["labels"][STATE] = "cordon-required"
+        return got
+
+    monkeypatch.setattr(admission, "wait_admission", admitted_after_their_write)
+    with pytest.raises(UpgradeConflict, match="while it waited for admission"):
+        upgrade(c, leases=leases).run("prepare")
+    assert c.nodes["n1"]["metadata"]["labels"][STATE] == "cordon-required"
+    assert not c.nodes["n1"]["spec"].get("unschedulable")
+    slots = admission.Slots(leases, NV)
+    assert slots.live(slots.read()) == {}
+
+
+def test_failures_are_counted_when_they_happen_and_each_node_once(tmp_path):
+    """maintenance_max_failures 1: the first failure writes no stop file, a second node's does (also
+    when its call started long before the first failed), and a node failing twice counts once."""
+    stop = tmp_path / "stop"
+    c = cluster()
+    first, second = upgrade(c, "n1", stop_file=str(stop)), upgrade(c, "n2", stop_file=str(stop))
+    first.record_failure("failure on n1 (prepare): drain timed out", 1)
+    first.record_failure("failure on n1 (fail): again", 1)
+    assert not stop.exists() and sorted(p.name for p in (tmp_path / "failures").iterdir()) == ["n1"]
+    second.record_failure("failure on n2 (prepare): operands did not leave", 1)
+    assert stop.read_text() == "failure on n2 (prepare): operands did not leave\n"
+    upgrade(c, "n3", stop_file=str(stop)).record_failure("failure on n3 (prepare): later", 1)
+    assert stop.read_text().startswith("failure on n2")  # the first reason stays
+
+
+def test_a_failure_that_cannot_be_recorded_stops_the_window(tmp_path):
+    (tmp_path / "failures").write_text("not a folder")
+    stop = tmp_path / "stop"
+    upgrade(cluster(), "n1", stop_file=str(stop)).record_failure("failure on n1 (prepare): x", 5)
+    assert stop.exists()

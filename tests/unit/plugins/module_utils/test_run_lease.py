@@ -65,6 +65,20 @@ def test_transient_errors_are_tolerated_until_two_thirds_of_the_ttl():
         ka.tick()
 
 
+def test_the_deadline_counts_from_the_control_nodes_last_renewal():
+    """The control node renewed 20 s before this module started (it renews at most every ttl/3):
+    with the API down, the module gives up 20 s sooner than a fresh count would."""
+    clock = Clock()
+    mgr = Manager([ConnectionRefusedError("connection refused")] * 10)
+    ka = LeaseKeepalive(mgr, "ctl/run-1", 60, interval=10, clock=clock, renewed_age=20)
+    ka.tick()
+    clock.t += 10
+    ka.tick()  # 30 s since the renewal
+    clock.t += 10
+    with pytest.raises(LeaseLost, match="40 s"):
+        ka.tick()
+
+
 def test_a_lost_lease_is_a_conflict_so_nothing_is_undone():
     from ansible_collections.npuops.fleet.plugins.module_utils.upgrade_state_machine import UpgradeConflict
 
