@@ -201,8 +201,6 @@ options:
         (C(timeoutSeconds) 0) never outlives the Lease. Renewed at most every O(run_lease.ttl)/3 seconds.
       - When the Lease is found held by another run, or could not be renewed for its whole TTL, the wait
         stops and the step fails (before host work through the abort, which restores the node).
-      - O(run_lease.renewed_at) - when the caller last renewed the Lease (seconds since the epoch,
-        this control node's clock); the 2/3-of-TTL give-up deadline counts from then.
       - Omitted (the default) - nothing is renewed. Ignored in check mode.
     type: dict
     suboptions:
@@ -222,6 +220,11 @@ options:
         description: Seconds, the Lease's C(leaseDurationSeconds) written at each renewal.
         type: int
         default: 900
+      renewed_at:
+        description:
+          - When the caller last renewed the Lease, in seconds since the epoch (this control node's clock);
+            the 2/3-of-TTL give-up deadline counts from then. Unset - from this call's start.
+        type: float
 attributes:
   check_mode:
     support: full
