@@ -168,11 +168,13 @@ class PrepareSteps:
                 "not started: %s (node %s was not admitted; nothing was changed)" % (exc, self.name)
             ) from exc
         if why:
-            raise UpgradeFailed(
-                "node %s not admitted within admission_timeout=%ss: %s (nothing was changed)"
-                % (self.name, self.admission_timeout, why)
-            )
+            raise UpgradeFailed("node %s not admitted %s: %s (nothing was changed)" % (self.name, self._within(), why))
         return since
+
+    def _within(self) -> str:
+        if self.admission_timeout is None:
+            return "(admission_timeout=0: it waited while another node was upgrading)"
+        return "within admission_timeout=%ss" % self.admission_timeout
 
     def _wait_readmission(self) -> None:
         """A resumed upgrade-required node was admitted earlier, but a skip label in between may have
@@ -184,8 +186,7 @@ class PrepareSteps:
         )
         if waited:
             raise UpgradeFailed(
-                "node %s not admitted again within admission_timeout=%ss: %s (nothing was changed)"
-                % (self.name, self.admission_timeout, waited)
+                "node %s not admitted again %s: %s (nothing was changed)" % (self.name, self._within(), waited)
             )
 
     def _wait_for_jobs(self) -> str:
