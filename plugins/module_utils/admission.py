@@ -312,12 +312,17 @@ def wait_verdict(
     timeout: Optional[float],
     sleep: Callable[[float], None] = k8s_wait.pause,
     clock: Callable[[], float] = time.monotonic,
+    stop: Optional[Callable[[], Optional[str]]] = None,
 ) -> Optional[str]:
     """Wait (polling 1-5 s) until :func:`check_admission` admits ``node_name``; None, or the last
-    reason after ``timeout`` seconds. Claims nothing: for a node whose label already counts it."""
+    reason after ``timeout`` seconds. Claims nothing: for a node whose label already counts it.
+    ``stop``: asked before every decision; a reason ends the wait (AdmissionStopped)."""
     end = None if timeout is None else clock() + timeout
     delays = k8s_retry.backoff_delays(first=1.0, cap=5.0)
     while True:
+        halt = stop() if stop is not None else None
+        if halt:
+            raise AdmissionStopped(halt)
         why = check_admission(core, slots, profile, policy, node_name)
         if why is None:  # admitted on a cached read: only a fresh one may admit
             why = check_admission(core, slots, profile, policy, node_name, fresh=True)

@@ -181,9 +181,15 @@ class PrepareSteps:
         let another node take its place: wait until the limits hold again with it counted."""
         if self.check:
             return
-        waited = admission.wait_verdict(
-            self.core, self.slots, self.profile, self.policy, self.name, self.admission_timeout
-        )
+        try:
+            waited = admission.wait_verdict(
+                self.core, self.slots, self.profile, self.policy, self.name, self.admission_timeout,
+                stop=self._stop_reason,
+            )
+        except admission.AdmissionStopped as exc:
+            raise sm.UpgradeNotStarted(
+                "not started: %s (node %s was not admitted again; nothing was changed)" % (exc, self.name)
+            ) from exc
         if waited:
             raise UpgradeFailed(
                 "node %s not admitted again %s: %s (nothing was changed)" % (self.name, self._within(), waited)

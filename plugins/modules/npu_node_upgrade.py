@@ -223,7 +223,8 @@ options:
       renewed_at:
         description:
           - When the caller last renewed the Lease, in seconds since the epoch (this control node's clock);
-            the 2/3-of-TTL give-up deadline counts from then. Unset - from this call's start.
+            the 2/3-of-TTL give-up deadline counts from then, but from at most a third of the TTL before this
+            call (renewals made inside other calls' waits are not known to the caller). Unset - from this call's start.
         type: float
 attributes:
   check_mode:
@@ -524,7 +525,9 @@ def main():
         if rl["ttl"] < 1:
             module.fail_json(msg="invalid input, nothing was changed: run_lease.ttl must be >= 1 second",
                              node=p["node"])
-        age = max(0.0, time.time() - rl["renewed_at"]) if rl.get("renewed_at") else 0.0
+        # At most a third of the TTL: renewals a module made in its own waits are not known here, and a
+        # first transient error must not end a call that starts right after a long in-module wait.
+        age = min(max(0.0, time.time() - rl["renewed_at"]), rl["ttl"] / 3.0) if rl.get("renewed_at") else 0.0
         k8s_wait.add_heartbeat(LeaseKeepalive(LeaseManager(api_client, rl["namespace"], rl["name"], budget=10),
                                               rl["holder"], rl["ttl"], renewed_age=age).tick)
 

@@ -68,6 +68,17 @@ def minimal_node(name: str, ready: bool, unschedulable: bool, presence_label: st
     }
 
 
+def _file_digest(path: Optional[str]) -> str:
+    """sha256 of a small file's content ("" when there is none or it cannot be read)."""
+    if not path:
+        return ""
+    try:
+        with open(path, "rb") as fh:
+            return hashlib.sha256(fh.read(1 << 20)).hexdigest()
+    except OSError:
+        return ""
+
+
 class NodeSnapshot:
     """The vendor's nodes as admission needs them (see the module docstring)."""
 
@@ -97,8 +108,8 @@ class NodeSnapshot:
     def _cache_path(self) -> str:
         conf = getattr(self.api, "configuration", None)
         # one cluster per key: two clusters behind the same address (tunnels, port forwards) differ
-        # by their CA or client certificate
-        who = [str(getattr(conf, k, "") or "") for k in ("host", "ssl_ca_cert", "cert_file")]
+        # by their CA. By its content: the client writes an embedded CA to a new temp file per process.
+        who = [str(getattr(conf, "host", "") or ""), _file_digest(getattr(conf, "ssl_ca_cert", None))]
         key = hashlib.sha256("\n".join(who + [self.selector]).encode()).hexdigest()[:16]
         return os.path.join(self.cache_dir, "nodes-%s.json" % key)
 

@@ -173,3 +173,21 @@ def test_a_wait_without_bound_gives_up_when_nothing_upgrades_that_could_free_a_l
         sleep=sleep_until_it_is_done, clock=lambda: t[0], stalled_timeout=60,
     )
     assert why is None and since is not None
+
+
+def test_a_wait_for_a_verdict_ends_when_the_run_stops(monkeypatch):
+    """A resumed node waiting to be admitted again: the stop file (or its playbook gone) ends the
+    wait before it could go on to cordon anything."""
+    import pytest
+
+    held = [node("n0", cordoned=True), node("n1"), node("n2"), node("n3")]
+    admission = _cached_then_fresh(monkeypatch, held, held)
+    asked = []
+
+    def stop():
+        asked.append(1)
+        return "failure on h0 (prepare): drain timed out" if len(asked) > 2 else None
+
+    with pytest.raises(admission.AdmissionStopped, match="failure on h0"):
+        admission.wait_verdict(None, None, NV, parse_policy({}), "n1", None, sleep=lambda s: None, stop=stop)
+    assert len(asked) == 3

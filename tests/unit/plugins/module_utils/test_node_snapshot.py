@@ -186,3 +186,18 @@ def test_an_admission_reads_the_table_fresh_once(tmp_path, monkeypatch, cached):
     # no cache: the Table this decision read is fresh and not read again (2 would be a double read);
     # a cached one is read afresh before the claim (0 would be an admission on the cache)
     assert api.gets == 1
+
+
+def test_the_cache_key_is_the_cluster_not_the_clients_temp_file(tmp_path):
+    """The kubernetes client writes an embedded CA to a new temp file per process: two processes on
+    one cluster share the key, another CA behind the same address does not."""
+    from types import SimpleNamespace
+
+    def key(ca_text, name):
+        ca = tmp_path / name
+        ca.write_text(ca_text)
+        api = SimpleNamespace(configuration=SimpleNamespace(host="https://127.0.0.1:6443", ssl_ca_cert=str(ca)))
+        return NodeSnapshot(SimpleNamespace(api_client=api), NV, STATES, cache_dir=str(tmp_path))._cache_path()
+
+    assert key("CA one", "tmpa") == key("CA one", "tmpb")
+    assert key("CA one", "tmpc") != key("CA two", "tmpd")
