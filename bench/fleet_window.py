@@ -52,8 +52,7 @@ WIDTH = int(os.environ.get("BENCH_WIDTH", "2"))
 NS = "bench-fleet-%d" % os.getpid()  # a deleted namespace lingers while kwok's pods go
 UNAVOIDABLE = (
     "Install the resolved package set",
-    "Unload the modules",
-    "Load back what was loaded",
+    "Unload and load back the kernel modules",
     "Reboot the host",
     "Prepare the node for the driver upgrade",
     "Finish the upgrade of node",

@@ -11,7 +11,8 @@ export PATH="$ROOT/.venv/bin:$PATH"
 export ANSIBLE_COLLECTIONS_PATH="${ANSIBLE_COLLECTIONS_PATH:-$ROOT/build/collections}"
 export NPUOPS_LAB_DIR="${NPUOPS_LAB_DIR:-/tmp/npuops-lab}"
 export ANSIBLE_FORCE_COLOR="${ANSIBLE_FORCE_COLOR:-0}"
-export ANSIBLE_STDOUT_CALLBACK="${ANSIBLE_STDOUT_CALLBACK:-ansible.builtin.default}"
+# the window progress view (plugins/callback/window.py); ANSIBLE_STDOUT_CALLBACK=ansible.builtin.default for task lines
+export ANSIBLE_STDOUT_CALLBACK="${ANSIBLE_STDOUT_CALLBACK:-npuops.fleet.window}"
 REPORTS="${NPUOPS_REPORT_DIR:-$ROOT/reports}"
 
 # the collection path symlink (make unit / tests/conftest.py create it too)

@@ -349,6 +349,20 @@ def multiple_pdb_reason(pdbs: list[str]) -> str:
     return "covered by %d PodDisruptionBudgets (%s): the eviction API refuses such pods" % (len(pdbs), ", ".join(pdbs))
 
 
+def is_multiple_pdbs_answer(message: str) -> bool:
+    """Whether ``message`` (the server's, or a refusal text that quotes it) is the apiserver's answer for a
+    pod covered by more than one PDB (:data:`MULTIPLE_PDBS_MESSAGE`), which names no PDB."""
+    return _MULTIPLE_PDBS_MARK in message
+
+
+def covering_note(ref: str, pdbs: Optional[list[str]]) -> str:
+    """The PDBs covering the pod ``ref``, for a message that quotes the multiple-PDB 500 (which names none):
+    "PodDisruptionBudgets covering ns/pod: ns/a, ns/b"; ``pdbs`` from :func:`covering_from_items`, None
+    when they could not be read."""
+    names = "(could not be read)" if pdbs is None else ", ".join(pdbs) or "none found now"
+    return "PodDisruptionBudgets covering %s: %s" % (ref, names)
+
+
 def multi_pdb_pods(policy_api: Any, pods: Iterable[Mapping[str, Any]]) -> dict[str, str]:
     """Pods the Eviction API will refuse because more than one PDB covers them, found without any write
     (:func:`eviction_verdict` = VERDICT_MULTIPLE; a Pending, finished or terminating pod is deleted

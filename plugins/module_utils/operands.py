@@ -5,8 +5,11 @@ operators' driver manager does.
 
 Pause: ``true`` -> ``paused-for-driver-upgrade``, ``false`` unchanged, any other value X ->
 ``X_paused-for-driver-upgrade``; the values from before are recorded (JSON annotation) so that
-restore puts back exactly those. The ``driver`` operand is not paused (the host work replaces the
-driver itself), nor are the deploy skip labels (``…deploy.operands``, ``…deploy.skip``).
+restore puts back exactly those. A label found paused before any pause of ours (a controller died
+before restoring it) is recorded as the value it stands for (:func:`deployed_value`), so restore
+deploys the operand again, as the driver manager's restore does. The ``driver`` operand is not
+paused (the host work replaces the driver itself), nor are the deploy skip labels
+(``…deploy.operands``, ``…deploy.skip``).
 """
 
 from __future__ import annotations
@@ -32,6 +35,17 @@ def paused_value(value: str) -> str:
     return "%s_%s" % (value, PAUSED)
 
 
+def deployed_value(value: str) -> str:
+    """What a deploy label found paused stands for: ``paused-for-driver-upgrade`` -> ``true``,
+    ``X_paused-for-driver-upgrade`` -> ``X``; any other value (``true``, ``false``, ...) unchanged.
+    The NVIDIA driver manager restores paused labels the same way (k8s-driver-manager, maybeSetTrue)."""
+    if value == PAUSED:
+        return "true"
+    if value.endswith("_" + PAUSED):
+        return value[: -len("_" + PAUSED)]
+    return value
+
+
 def operand_label_keys(profile: Mapping[str, Any], labels: Mapping[str, str]) -> list[str]:
     prefix = profile["deploy_label_prefix"]
     skip = {prefix + op for op in NOT_PAUSED_OPERANDS}
@@ -41,9 +55,10 @@ def operand_label_keys(profile: Mapping[str, Any], labels: Mapping[str, str]) ->
 
 
 def pause_plan(profile: Mapping[str, Any], labels: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
-    """(values before, label changes) for pausing the node's operands."""
-    before = {k: labels[k] for k in operand_label_keys(profile, labels)}
-    changes = {k: paused_value(v) for k, v in before.items() if paused_value(v) != v}
+    """(values before, label changes) for pausing the node's operands, with no pause of ours recorded:
+    a label found paused is recorded as :func:`deployed_value` (and needs no change)."""
+    before = {k: deployed_value(labels[k]) for k in operand_label_keys(profile, labels)}
+    changes = {k: paused_value(v) for k, v in before.items() if paused_value(v) != labels[k]}
     return before, changes
 
 

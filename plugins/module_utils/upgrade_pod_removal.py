@@ -64,15 +64,36 @@ class PodRemovalSteps:
         except Exception:  # noqa: BLE001 - the failure message says they could not be read
             return None
 
+    def _covering_now(self, pods: list[dict[str, Any]]) -> Optional[dict[str, list[str]]]:
+        """For each of ``pods``: "ns/pod" -> sorted "ns/name" of the PDBs covering it now (namespace and
+        selector), read within 10 s (a failing step's message must not wait out an API outage); None when
+        the PDBs cannot be read."""
+        try:
+            return drain.covering_from_items(drain.list_pdbs(self.policy_api, deadline=time.monotonic() + 10), pods)
+        except Exception:  # noqa: BLE001 - the message says they could not be read
+            return None
+
+    def _name_multiple_pdbs(self, refs: list[str], by_ref: dict[str, dict[str, Any]]) -> dict[str, str]:
+        """For the pods ``refs`` that met the apiserver's multiple-PDB 500 (whose message names no PDB):
+        "ns/pod" -> :func:`drain.covering_note` naming every PDB that covers it now."""
+        covering = self._covering_now([by_ref[r] for r in refs if r in by_ref])
+        return {r: drain.covering_note(r, None if covering is None else covering.get(r, [])) for r in refs}
+
     def _structural_refusals(self, victims: list[dict[str, Any]]) -> dict[str, str]:
         """Pods the Eviction API refuses for a reason no retry changes (several PDBs, an admission
         policy, RBAC): from the PDBs (no write) and a server-side dry-run eviction of each pod."""
         refused = dict(drain.multi_pdb_pods(self.policy_api, victims))
         try:
             rest = [v for v in victims if eviction_rules.pod_ref(v) not in refused]
-            refused.update(drain.probe_evictions(self.core, rest))
+            probed = drain.probe_evictions(self.core, rest)
         except Exception as exc:  # noqa: BLE001 - a preflight probe must not fail the read-only phases
             self.warnings.append("dry-run evictions not possible: %s" % self._describe(exc))
+            return refused
+        # The dry run met the multiple-PDB 500 that the PDB list did not predict (a PDB made since).
+        multiple = [r for r, why in probed.items() if drain.is_multiple_pdbs_answer(why)]
+        for ref, note in self._name_multiple_pdbs(multiple, {eviction_rules.pod_ref(v): v for v in rest}).items():
+            probed[ref] = "%s; %s" % (probed[ref], note)
+        refused.update(probed)
         return refused
 
     def _remove_pods(
@@ -97,7 +118,10 @@ class PodRemovalSteps:
         except drain.DrainError as exc:
             self.result[result_key].extend(exc.removed)
             if exc.kind == drain.KIND_REFUSED:
-                fail("eviction refused by the API server (not retried): %s" % exc)
+                note = ""
+                if exc.pod and drain.is_multiple_pdbs_answer(exc.server_message):
+                    note = "%s; " % self._name_multiple_pdbs([exc.pod], by_ref)[exc.pod]
+                fail("eviction refused by the API server (not retried): %s%s" % (note, exc))
             if exc.kind == drain.KIND_UNAVAILABLE:
                 fail(
                     "the API server did not accept evictions until %s=%s (transport errors or 5xx): %s"

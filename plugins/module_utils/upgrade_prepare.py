@@ -224,12 +224,23 @@ class PrepareSteps:
         recorded = node_record.get_json_annotation(self.profile, self.node, node_record.OPERAND_LABELS_BEFORE)
         pods = self._pods()
         annotations: dict[str, str] = {}
+        found = ""
         if recorded is None:
             before, changes = operands.pause_plan(self.profile, labels)
             annotations[self._ann(node_record.OPERAND_LABELS_BEFORE)] = json.dumps(before, sort_keys=True)
             annotations[self._ann(node_record.OPERAND_DAEMONSETS)] = json.dumps(
                 operands.operand_daemonsets(self.profile, pods)
             )
+            # Paused with no pause of ours recorded: left so by a controller that died before restoring it.
+            stale = ", ".join(
+                "%s=%s recorded as %s" % (k, labels[k], v) for k, v in sorted(before.items()) if labels[k] != v
+            )
+            if stale:
+                found = "; found paused with no upgrade in progress: %s" % stale
+                self.warnings.append(
+                    "node %s: operand deploy labels found paused with no upgrade in progress (left by a controller "
+                    "that did not restore them): %s; finish restores these values" % (self.name, stale)
+                )
         else:
             before = recorded
             changes = {
@@ -237,7 +248,8 @@ class PrepareSteps:
             }
         paused = {k for k, v in before.items() if operands.paused_value(v) != v}
         if self.check:
-            return "would pause operands %s" % ", ".join(sorted(changes)) if changes else "no operands to pause"
+            would = "would pause operands %s" % ", ".join(sorted(changes)) if changes else "no operands to pause"
+            return would + found
         if changes or annotations:
             self.node = node_record.patch_node(
                 self.core, self.name, {"metadata": {"labels": changes, "annotations": annotations}}
@@ -253,4 +265,4 @@ class PrepareSteps:
                 "operand pods did not leave within %ss after pausing: %s"
                 % (self.operands_timeout, ", ".join(operands.paused_operand_pods(self.profile, res.items, paused)))
             )
-        return "operands paused (%s)" % (", ".join(sorted(paused)) or "none")
+        return "operands paused (%s)%s" % (", ".join(sorted(paused)) or "none", found)

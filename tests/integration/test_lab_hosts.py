@@ -193,6 +193,27 @@ def test_persistenced_holds_the_device_and_fails_like_the_real_daemon(scratch):
     assert f"the client has the version {V_NEW}, but this kernel module has the version {V_OLD}" in log, log
 
 
+def test_hosts_boot_running_with_their_own_machine_id(scratch):
+    """A host boots clean: systemd says "running", not "degraded", after its provisioning reboot and
+    after another reboot. Its machine-id is the one hostctl wrote for it, in /etc itself and not a
+    mount point, so systemd-machine-id-commit.service is skipped (condition), not failed."""
+    c = scratch(kernel=K_OLD, driver=V_OLD)  # created (hostctl asserts "running"), provisioned, rebooted
+    name = c[len("npuops-"):]
+    mid = (lab_dir() / "hosts" / name / "etc-machine-id").read_text().strip()
+    assert len(mid) == 32, mid
+    for when in ("after provisioning", "after a reboot"):
+        if when == "after a reboot":
+            reboot(name)
+        state = hx(c, "timeout 60 systemctl is-system-running --wait", check=False).stdout.strip()
+        failed = hx(c, "systemctl --failed --no-legend --plain", check=False).stdout
+        assert state == "running", f"{when}: systemd says {state!r}; failed units:\n{failed}"
+        assert hx(c, "cat /etc/machine-id").stdout.strip() == mid, when
+        assert hx(c, "awk '$5 == \"/etc/machine-id\"' /proc/1/mountinfo").stdout == "", when
+        commit = sorted(hx(c, "systemctl show -p ActiveState -p ConditionResult "
+                              "systemd-machine-id-commit.service").stdout.split())
+        assert commit == ["ActiveState=inactive", "ConditionResult=no"], f"{when}: {commit}"
+
+
 @pytest.fixture
 def node_host(core_v1, lab_kubeconfig):
     """A scratch host standing behind its own kwok Node (so the shared scenario Nodes are left

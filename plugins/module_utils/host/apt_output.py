@@ -439,3 +439,28 @@ def release_holds_in_status(status_text: str, names: Iterable[str]) -> str:
             line = "Status: install " + line[len("Status: hold "):]
         out.append(line)
     return "".join(out)
+
+
+_MADISON_RE = re.compile(r"^\s*(?P<name>\S+)\s*\|\s*(?P<version>\S+)\s*\|")
+
+
+def parse_madison(text: str) -> dict[str, list[str]]:
+    """``apt-cache madison NAME...`` -> {name: [versions apt can install, in apt's order, once each]}.
+    ``name | version | source`` lines; a name apt does not know prints nothing (or ``N: Unable to
+    locate package``) and is absent. Each version once, though several sources may offer it."""
+    res: dict[str, list[str]] = {}
+    for line in (text or "").splitlines():
+        m = _MADISON_RE.match(line)
+        if m:
+            seen = res.setdefault(m.group("name"), [])
+            if m.group("version") not in seen:
+                seen.append(m.group("version"))
+    return res
+
+
+def offered_at(versions: Iterable[str], upstream: str) -> Optional[str]:
+    """The first of ``versions`` (Debian versions, as madison lists them) whose upstream part is exactly
+    ``upstream``: ``[epoch:]upstream[-revision]`` - ``550.90.07-0ubuntu1`` and ``1:550.90.07-1`` are at
+    550.90.07, ``550.90.07.1-1`` and ``550.90.070-1`` are not. None when none is."""
+    rx = re.compile(r"^([0-9]+:)?" + re.escape(upstream) + r"(-[^-]+)?$")
+    return next((v for v in versions if rx.match(v)), None)

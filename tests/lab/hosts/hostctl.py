@@ -390,11 +390,15 @@ def create_host(name, spec, image, repo, node=True):
     with open(os.path.join(d, "spec.json"), "w") as f:
         json.dump(spec, f)
     # each machine its own machine-id, as every installed host has (systemd would derive the same one
-    # for every container of this machine); bind-mounted, the way container managers pass it
-    with open(os.path.join(d, "etc-machine-id"), "w") as f:
+    # for every container of this machine); written into the container's /etc before its first boot,
+    # as an installer does. Not bind-mounted: /etc/machine-id would be a mount point, so
+    # systemd-machine-id-commit.service would run, find it on no tmpfs, fail, and every host would
+    # boot "degraded".
+    mid = os.path.join(d, "etc-machine-id")
+    with open(mid, "w") as f:
         f.write(uuid.uuid4().hex + "\n")
     podman("rm", "-f", "-v", cname(name), check=False, quiet=True)
-    podman("run", "-d", "--name", cname(name), "--hostname", name,
+    podman("create", "--name", cname(name), "--hostname", name,
            "--systemd=always", "--restart=always",
            # a real TCP path for ssh: CNI bridge + loopback-only port forward (see README)
            "--network=bridge", "-p", "127.0.0.1:%d:22" % port,
@@ -402,14 +406,17 @@ def create_host(name, spec, image, repo, node=True):
            # hosts the node agent keeps behind their Node (a Node of that name must exist)
            *(["--label", "npuops-lab-agent=" + STATE] if node else []),
            "-v", "%s:/var/lib/npuops-lab/host" % d,
-           "-v", "%s:/etc/machine-id:ro" % os.path.join(d, "etc-machine-id"),
            "-v", "%s:/sys/module" % os.path.join(d, "sysmodule"),
            # a real-packaging host (tests/lab/realpkg) takes its apt source from that lab's mirror
            "-v", ("%s:/srv/npuops-realpkg-mirror:ro" % spec["apt_mirror"]) if spec.get("apt_mirror")
            else ("%s:/srv/npuops-lab-repo:ro" % repo),
            "-v", "%s:/etc/ssh/npuops-lab_authorized_keys:ro" % (os.path.join(os.path.dirname(key), "authorized_keys")),
            image, "/sbin/init", quiet=True)
-    wait_boot(name, timeout=60)
+    podman("cp", mid, "%s:/etc/machine-id" % cname(name), quiet=True)
+    podman("start", cname(name), quiet=True)
+    # a fresh lab host (the image's units only, nothing installed yet) boots clean: "running", not
+    # "degraded"; a real-packaging host boots Debian's own driver units, whose state its tests judge
+    wait_boot(name, timeout=60, require_running=not spec.get("apt_mirror"))
     if spec.get("apt_mirror"):
         # Debian bookworm as debootstrap made it: its own os-release (the node agent's too), the
         # mirror's apt source
@@ -442,18 +449,32 @@ def boot_marker(name):
         return None
 
 
-def wait_boot(name, after=None, timeout=90):
-    """Wait until the host has booted (ready marker written, != after) and systemd is up."""
+def wait_boot(name, after=None, timeout=90, require_running=False):
+    """Wait until the host has booted (ready marker written, != after) and systemd is up: its boot
+    finished ``running``, or ``degraded`` (a unit failed: after a reboot into a kernel without its
+    driver, the vendor's services fail as on a real host) unless ``require_running``. Each
+    ``systemctl is-system-running --wait`` is bounded by the time left."""
     t0 = time.time()
+    state = "(no boot marker)"
     while time.time() - t0 < timeout:
         m = boot_marker(name)
         if m and m != after:
-            r = podman("exec", cname(name), "systemctl", "is-system-running", "--wait",
+            left = max(1, int(timeout - (time.time() - t0)))
+            r = podman("exec", cname(name), "timeout", str(left), "systemctl", "is-system-running", "--wait",
                        check=False, capture=True, quiet=True)
-            if r.returncode == 0 or (r.stdout or "").strip() in ("running", "degraded"):
+            state = (r.stdout or "").strip() or "(exec rc %d)" % r.returncode
+            if state == "running":
                 return m
+            if state == "degraded":
+                if not require_running:
+                    return m
+                failed = podman("exec", cname(name), "systemctl", "--failed", "--no-legend", "--plain",
+                                check=False, capture=True, quiet=True)
+                raise RuntimeError("host %s booted degraded, not running; failed units: %s" % (
+                    name, " ".join(line.split()[0] for line in (failed.stdout or "").splitlines() if line.strip())
+                    or "(none listed)"))
         time.sleep(0.5)
-    raise TimeoutError("host %s did not boot within %ss" % (name, timeout))
+    raise TimeoutError("host %s did not boot within %ss (systemd: %s)" % (name, timeout, state))
 
 
 def reboot(name, timeout=90):

@@ -396,6 +396,23 @@ def test_pods_covered_by_two_pdbs_are_structural_blockers():
     assert drain.multi_pdb_pods(api, []) == {}
 
 
+def test_multiple_pdb_answer_is_named_with_the_covering_pdbs():
+    pods = [pod("web-1", labels={"app": "web"})]
+    covering = drain.covering_from_items(
+        [pdb("pdb-b", {}), pdb("pdb-a", {"matchLabels": {"app": "web"}}), pdb("pdb-c", {}, ns="other")], pods
+    )
+    assert covering == {"default/web-1": ["default/pdb-a", "default/pdb-b"]}
+    assert drain.is_multiple_pdbs_answer(drain.MULTIPLE_PDBS_MESSAGE + " (HTTP 500)")
+    assert not drain.is_multiple_pdbs_answer(PDB_MSG)
+    assert (
+        drain.covering_note("default/web-1", covering["default/web-1"])
+        == "PodDisruptionBudgets covering default/web-1: default/pdb-a, default/pdb-b"
+    )
+    assert drain.covering_note("default/web-1", []) == "PodDisruptionBudgets covering default/web-1: none found now"
+    unread = drain.covering_note("default/web-1", None)
+    assert unread == "PodDisruptionBudgets covering default/web-1: (could not be read)"
+
+
 # --- waiting until the pods are gone (D11) ---
 def recreated_fixture():
     """The D11 fixture as (before, after) pod dicts: same name ns1/db-0, new uid, no node, Pending."""

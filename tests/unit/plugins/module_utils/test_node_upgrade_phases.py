@@ -89,6 +89,41 @@ def test_prepare_then_finish_happy_path():
     assert [k for k in node["metadata"]["annotations"] if k.startswith(ANN)] == [ANN + "last-transition"]
 
 
+def test_operand_label_left_paused_by_a_dead_controller_is_restored_to_true():
+    # No upgrade in progress (no state label, no record), yet the device plugin is paused; dcgm-exporter
+    # is off by the admin.
+    dcgm = "nvidia.com/gpu.deploy.dcgm-exporter"
+    c = cluster(**{DP: "paused-for-driver-upgrade", dcgm: "false"})
+    up = NodeUpgrade(None, NV, parse_policy({}), "n1", target_version="550.90.07", core=c, policy_api=c)
+    res = up.run("prepare", None)
+    node = c.nodes["n1"]
+    assert res["state"] == "pod-restart-required"
+    assert json.loads(node["metadata"]["annotations"][ANN + "operand-labels-before"]) == {DP: "true", dcgm: "false"}
+    assert node["metadata"]["labels"][DP] == "paused-for-driver-upgrade" and node["metadata"]["labels"][dcgm] == "false"
+    assert res["transitions"][-1]["reason"].endswith(
+        "operands paused (nvidia.com/gpu.deploy.device-plugin); found paused with no upgrade in progress: "
+        "nvidia.com/gpu.deploy.device-plugin=paused-for-driver-upgrade recorded as true"
+    )
+    assert up.warnings == [
+        "node n1: operand deploy labels found paused with no upgrade in progress (left by a controller that did "
+        "not restore them): nvidia.com/gpu.deploy.device-plugin=paused-for-driver-upgrade recorded as true; finish "
+        "restores these values"
+    ]
+
+    # Host work done: GFD says the target driver.
+    node["metadata"]["labels"].update(
+        {
+            "nvidia.com/cuda.driver.major": "550",
+            "nvidia.com/cuda.driver.minor": "90",
+            "nvidia.com/cuda.driver.rev": "07",
+        }
+    )
+    res = run(c, "finish", target=None)
+    assert res["state"] == "upgrade-done"
+    assert node["metadata"]["labels"][DP] == "true"
+    assert node["metadata"]["labels"][dcgm] == "false"
+
+
 def test_operand_pod_that_does_not_leave_aborts_and_restores():
     c = cluster(pods=trainer_pods())
     c.ds_controller = False
@@ -116,6 +151,60 @@ def test_pdb_refusal_names_pdb_and_restores_schedulability_c13():
     res = run(c, "prepare", {"drain": {"enable": True, "timeoutSeconds": 1}})
     assert res["state"] == "pod-restart-required" and res["previous_state"] == "upgrade-failed"
     assert "retry after upgrade-failed" in res["transitions"][0]["reason"]
+
+
+def two_pdbs_over_the_trainer():
+    """Two PDBs whose selectors match gpu-drv/trainer-1 (both allow a disruption), one of the same
+    namespace that does not match it and one of another namespace whose {} selector would."""
+
+    def guard(name, selector, ns="gpu-drv"):
+        return {
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"maxUnavailable": 1, "selector": selector},
+            "status": {"disruptionsAllowed": 1, "currentHealthy": 4, "desiredHealthy": 3},
+        }
+
+    return [
+        guard("pdb-a", {"matchLabels": {"app": "trainer"}}),
+        guard("pdb-web", {"matchLabels": {"app": "web"}}),
+        guard("total", {}, ns="other"),
+        guard("pdb-b", {}),
+    ]
+
+
+def test_eviction_refused_for_two_pdbs_names_them():
+    pods = [p for p in trainer_pods() if "trainer" in p["metadata"]["name"]]
+    c = cluster(pods=pods, pdbs=two_pdbs_over_the_trainer())
+    with pytest.raises(UpgradeFailed) as err:
+        run(c, "prepare", {"drain": {"enable": True}})
+    msg = str(err.value)
+    assert (
+        "eviction refused by the API server (not retried): PodDisruptionBudgets covering gpu-drv/trainer-1: "
+        "gpu-drv/pdb-a, gpu-drv/pdb-b; eviction of pod gpu-drv/trainer-1 refused: HTTP 500: This pod has more "
+        "than one PodDisruptionBudget, which the eviction subresource does not support." in msg
+    )
+    assert c.nodes["n1"]["metadata"]["labels"][STATE] == "upgrade-failed"
+    assert [p["metadata"]["name"] for p in c.pods] == ["trainer-1"]
+
+
+def test_dry_run_refusal_for_two_pdbs_names_them_when_the_pdb_list_did_not_predict_it():
+    # A second PDB is made between the PDB list and the dry-run eviction: the dry run meets the 500.
+    pdb_a, pdb_web, total, pdb_b = two_pdbs_over_the_trainer()
+    c = cluster(pods=trainer_pods(), pdbs=[pdb_a, pdb_web, total])
+    evict = c.create_namespaced_pod_eviction
+
+    def racing(*args, **kwargs):
+        if pdb_b not in c.pdbs:
+            c.pdbs.append(pdb_b)
+        return evict(*args, **kwargs)
+
+    c.create_namespaced_pod_eviction = racing
+    res = run(c, "status", {"drain": {"enable": True}})
+    assert res["refused_evictions"] == {
+        "gpu-drv/trainer-1": "This pod has more than one PodDisruptionBudget, which the eviction subresource does "
+        "not support. (HTTP 500); PodDisruptionBudgets covering gpu-drv/trainer-1: gpu-drv/pdb-a, gpu-drv/pdb-b"
+    }
+    assert c.writes == 0
 
 
 def test_admin_cordoned_node_is_never_uncordoned_c15():

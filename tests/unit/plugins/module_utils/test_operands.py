@@ -16,6 +16,37 @@ def test_paused_values_as_the_operators_write_them():
     assert operands.paused_value("paused-for-driver-upgrade") == "paused-for-driver-upgrade"
 
 
+def test_a_paused_value_stands_for_the_deployed_one():
+    assert operands.deployed_value("paused-for-driver-upgrade") == "true"
+    assert operands.deployed_value("pre-installed_paused-for-driver-upgrade") == "pre-installed"
+    assert operands.deployed_value("true") == "true"
+    assert operands.deployed_value("false") == "false"
+    assert operands.deployed_value("pre-installed") == "pre-installed"
+
+
+def test_pause_plan_records_labels_found_paused_as_deployed():
+    # A controller died before restoring them; the admin's false is still false.
+    labels = {
+        "nvidia.com/gpu.deploy.device-plugin": "paused-for-driver-upgrade",
+        "nvidia.com/gpu.deploy.operator-validator": "custom_paused-for-driver-upgrade",
+        "nvidia.com/gpu.deploy.dcgm-exporter": "false",
+        "nvidia.com/gpu.deploy.gpu-feature-discovery": "true",
+    }
+    before, changes = operands.pause_plan(NV, labels)
+    assert before == {
+        "nvidia.com/gpu.deploy.device-plugin": "true",
+        "nvidia.com/gpu.deploy.operator-validator": "custom",
+        "nvidia.com/gpu.deploy.dcgm-exporter": "false",
+        "nvidia.com/gpu.deploy.gpu-feature-discovery": "true",
+    }
+    assert changes == {"nvidia.com/gpu.deploy.gpu-feature-discovery": "paused-for-driver-upgrade"}
+    assert operands.restore_plan(dict(labels, **changes), before) == {
+        "nvidia.com/gpu.deploy.device-plugin": "true",
+        "nvidia.com/gpu.deploy.operator-validator": "custom",
+        "nvidia.com/gpu.deploy.gpu-feature-discovery": "true",
+    }
+
+
 def test_pause_plan_keeps_driver_and_skip_labels():
     labels = {
         "nvidia.com/gpu.deploy.driver": "true",

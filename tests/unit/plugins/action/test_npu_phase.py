@@ -1,0 +1,97 @@
+"""npu_phase: a phase boundary at one reading of the clock - the closed phase's end is the next one's
+start, to the second; facts set as set_fact sets them. Run through ansible-playbook on localhost (the
+action is not imported into the test process: controller code there would switch module_utils to
+controller mode for the module tests that run after this file)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[4]
+
+PLAYBOOK = """
+- hosts: localhost
+  gather_facts: false
+  vars:
+    _driver_upgrade_result: {status: running, durations: {preflight: 3.0}}
+  tasks:
+    - name: Open prepare at a known instant
+      ansible.builtin.set_fact:
+        _driver_upgrade_phase: prepare
+        _driver_upgrade_phase_start: "{{ now(utc=true).timestamp() - 2.5 }}"
+        _driver_upgrade_phase_started: "2026-12-05T08:00:00Z"
+    - name: Close prepare
+      npuops.fleet.npu_phase:
+        result: "{{ _driver_upgrade_result }}"
+        phase: "{{ _driver_upgrade_phase }}"
+        start: "{{ _driver_upgrade_phase_start }}"
+        started: "{{ _driver_upgrade_phase_started }}"
+        next: install
+    - name: Close install
+      npuops.fleet.npu_phase:
+        result: "{{ _driver_upgrade_result }}"
+        phase: "{{ _driver_upgrade_phase }}"
+        start: "{{ _driver_upgrade_phase_start }}"
+        started: "{{ _driver_upgrade_phase_started }}"
+        next: done
+    - name: Keep what the facts say
+      ansible.builtin.copy:
+        content: "{{ {'result': _driver_upgrade_result, 'phase': _driver_upgrade_phase,
+                      'started': _driver_upgrade_phase_started, 'end': _driver_upgrade_phase_end,
+                      'start': _driver_upgrade_phase_start} | to_json }}"
+        dest: "{{ out }}"
+    - name: A bad call names the argument
+      npuops.fleet.npu_phase:
+        result: "{{ _driver_upgrade_result }}"
+        phase: install
+        next: done
+      ignore_errors: true
+      register: bad
+    - name: Keep the bad call's message
+      ansible.builtin.copy:
+        content: "{{ bad.msg }}"
+        dest: "{{ out }}.bad"
+"""
+
+
+def test_phases_meet_at_one_instant_and_keep_the_record(tmp_path):
+    (tmp_path / "pb.yml").write_text(PLAYBOOK)
+    out = tmp_path / "facts.json"
+    env = dict(
+        os.environ,
+        ANSIBLE_COLLECTIONS_PATH=str(ROOT / "build" / "collections"),
+        ANSIBLE_LOCALHOST_WARNING="False",
+        ANSIBLE_INVENTORY_UNPARSED_WARNING="False",
+    )
+    proc = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            "-c",
+            "local",
+            str(tmp_path / "pb.yml"),
+            "-e",
+            "out=%s" % out,
+        ],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    f = json.loads(out.read_text())
+    r = f["result"]
+    assert r["status"] == "running" and r["durations"]["preflight"] == 3.0  # kept
+    assert set(r["phases"]) == {"prepare", "install"}
+    assert r["phases"]["prepare"]["started"] == "2026-12-05T08:00:00Z"
+    assert r["durations"]["prepare"] >= 2.5 and r["durations"]["prepare"] == r["phases"]["prepare"]["duration_s"]
+    # the end of prepare is the start of install, to the second
+    assert r["phases"]["prepare"]["finished"] == r["phases"]["install"]["started"]
+    assert r["phases"]["install"]["finished"] == f["started"]
+    assert f["phase"] == "done" and f["end"] == f["start"]
+    assert "start" in (tmp_path / "facts.json.bad").read_text()

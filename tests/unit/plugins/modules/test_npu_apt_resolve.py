@@ -1,0 +1,133 @@
+"""npu_apt_resolve: each name at the exact upstream version apt offers, one madison call, a missing one
+named with apt's offers. apt is played by literal madison output."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.npuops.fleet.plugins.module_utils.host import apt_output, dpkg_lock
+from ansible_collections.npuops.fleet.plugins.modules import npu_apt_resolve as mod
+
+MADISON = """nvidia-driver-550 | 550.127.05-0ubuntu1 | http://lab/ubuntu jammy/main amd64 Packages
+nvidia-driver-550 | 550.90.07-0ubuntu1 | http://lab/ubuntu jammy/main amd64 Packages
+nvidia-driver-550 | 550.90.07-0ubuntu1 | http://mirror/ubuntu jammy/main amd64 Packages
+nvidia-utils-550 | 1:550.90.07-1 | http://lab/ubuntu jammy/main amd64 Packages
+libnvidia-compute-550 | 550.90.07.1-1 | http://lab/ubuntu jammy/main amd64 Packages
+firmware-nvidia-gsp-550 | 550.90.07-0ubuntu1 | http://lab/ubuntu jammy/main amd64 Packages
+"""
+
+
+def test_parse_madison_keeps_apts_order_once_each():
+    assert apt_output.parse_madison(MADISON)["nvidia-driver-550"] == ["550.127.05-0ubuntu1", "550.90.07-0ubuntu1"]
+    assert apt_output.parse_madison("N: Unable to locate package foo\n") == {}
+
+
+@pytest.mark.parametrize(
+    "versions, want",
+    [
+        (["550.127.05-0ubuntu1", "550.90.07-0ubuntu1"], "550.90.07-0ubuntu1"),
+        (["1:550.90.07-1"], "1:550.90.07-1"),
+        (["550.90.07"], "550.90.07"),
+        (["550.90.07.1-1", "550.90.070-1", "550.90.7-1"], None),
+    ],
+)
+def test_offered_at_takes_the_exact_upstream_version(versions, want):
+    assert apt_output.offered_at(versions, "550.90.07") == want
+
+
+def run(monkeypatch, capsys, args, madison=MADISON, update_rc=0, check=False):
+    calls = []
+
+    def run_command(self, argv, **kw):
+        calls.append([a.rsplit("/", 1)[-1] if i == 0 else a for i, a in enumerate(argv)])
+        if argv[0].endswith("apt-get"):
+            return update_rc, "", "E: Failed to fetch http://lab/ubuntu/dists/jammy/InRelease  404  Not Found\n"
+        return 0, madison, ""
+
+    monkeypatch.setattr(AnsibleModule, "run_command", run_command)
+    monkeypatch.setattr(AnsibleModule, "get_bin_path", lambda self, n, required=False, opt_dirs=None: "/usr/bin/" + n)
+    monkeypatch.setattr(dpkg_lock, "wait_for_locks", lambda *a, **k: {"free": True, "waited": 0.0, "holders": []})
+    if check:
+        args = dict(args, _ansible_check_mode=True)
+    with patch_module_args(args):
+        with pytest.raises(SystemExit):
+            mod.main()
+    return json.loads(capsys.readouterr().out), calls
+
+
+def test_resolves_required_and_offered_optional_in_one_madison_call(monkeypatch, capsys):
+    res, calls = run(
+        monkeypatch,
+        capsys,
+        {
+            "version": "550.90.07",
+            "packages": ["nvidia-driver-550", "nvidia-utils-550"],
+            "optional": ["firmware-nvidia-gsp-550", "nvidia-fabricmanager-550"],
+            "update_cache": True,
+        },
+    )
+    assert res.get("failed") is not True, res
+    assert res["resolved"] == {
+        "nvidia-driver-550": "550.90.07-0ubuntu1",
+        "nvidia-utils-550": "1:550.90.07-1",
+        "firmware-nvidia-gsp-550": "550.90.07-0ubuntu1",
+    }
+    assert calls == [
+        ["apt-get", "update", "-q"],
+        [
+            "apt-cache",
+            "madison",
+            "nvidia-driver-550",
+            "nvidia-utils-550",
+            "firmware-nvidia-gsp-550",
+            "nvidia-fabricmanager-550",
+        ],
+    ]
+
+
+def test_missing_version_fails_naming_the_package_and_apts_offers(monkeypatch, capsys):
+    res, _calls = run(
+        monkeypatch,
+        capsys,
+        {
+            "version": "550.90.07",
+            "packages": ["nvidia-driver-550", "libnvidia-compute-550"],
+            "subject": "preflight: nvidia driver 550.90.07",
+            "host": "lab-node-1",
+        },
+    )
+    assert res["failed"] is True and res["missing"] == ["libnvidia-compute-550"]
+    assert res["msg"] == (
+        "preflight: nvidia driver 550.90.07 is not available in the apt sources of lab-node-1: no installable "
+        "version for libnvidia-compute-550 (apt offers: nvidia-driver-550=550.127.05-0ubuntu1, "
+        "nvidia-driver-550=550.90.07-0ubuntu1, libnvidia-compute-550=550.90.07.1-1)"
+    )
+
+
+def test_check_mode_reads_the_lists_as_they_are(monkeypatch, capsys):
+    res, calls = run(
+        monkeypatch,
+        capsys,
+        {"version": "550.90.07", "packages": ["nvidia-driver-550"], "update_cache": True},
+        check=True,
+    )
+    assert res["resolved"] == {"nvidia-driver-550": "550.90.07-0ubuntu1"}
+    assert [c[0] for c in calls] == ["apt-cache"]
+
+
+def test_a_failed_refresh_fails_quoting_apt(monkeypatch, capsys):
+    res, calls = run(
+        monkeypatch,
+        capsys,
+        {"version": "550.90.07", "packages": ["nvidia-driver-550"], "update_cache": True},
+        update_rc=100,
+    )
+    assert res["failed"] is True
+    assert res["msg"].startswith(
+        "apt-get update failed (rc 100): E: Failed to fetch http://lab/ubuntu/dists/jammy/InRelease"
+    )
+    assert [c[0] for c in calls] == ["apt-get"]

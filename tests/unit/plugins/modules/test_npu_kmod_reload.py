@@ -1,0 +1,99 @@
+"""npu_kmod_reload: services stopped, modules removed users first, loaded back by their file's name, or
+the holders named and nothing loaded. The kernel is played by scripted command answers; the module
+reads its unload order through driver_facts.gather, replaced here by literal facts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.npuops.fleet.plugins.module_utils.host import driver_facts
+from ansible_collections.npuops.fleet.plugins.modules import npu_kmod_reload as mod
+
+LOADED = {
+    "unload_order": ["nvidia_uvm", "nvidia_modeset", "nvidia"],
+    "load_order": ["nvidia", "nvidia_modeset", "nvidia_uvm"],
+    "modprobe_names": {"nvidia": "nvidia-current", "nvidia_modeset": "nvidia-current-modeset"},
+}
+HELD = {
+    "device_holders": [{"pid": 1346, "cmdline": "/usr/bin/nvidia-persistenced --user x", "devices": ["/dev/nvidia0"]}],
+    "in_use_reason": "module in use: nvidia; pid 1346 (/usr/bin/nvidia-persistenced --user x)",
+}
+
+
+def run(monkeypatch, capsys, args, answers, active=("nvidia-persistenced.service",)):
+    calls = []
+    gathered = []
+
+    def run_command(self, argv, **kw):
+        argv = [a.rsplit("/", 1)[-1] if i == 0 else a for i, a in enumerate(argv)]
+        calls.append(argv)
+        if argv[:2] == ["systemctl", "is-active"]:
+            return (0 if argv[-1] in active else 3), "", ""
+        return answers.get(tuple(argv), (0, "", ""))
+
+    def gather(runner, profile, params):
+        gathered.append(dict(params))
+        return dict(LOADED, **(HELD if params.get("device_holders") else {}))
+
+    monkeypatch.setattr(AnsibleModule, "run_command", run_command)
+    monkeypatch.setattr(
+        AnsibleModule, "get_bin_path", lambda self, name, required=False, opt_dirs=None: "/sbin/" + name
+    )
+    monkeypatch.setattr(driver_facts, "gather", gather)
+    with patch_module_args(dict({"vendor": "nvidia"}, **args)):
+        with pytest.raises(SystemExit):
+            mod.main()
+    return json.loads(capsys.readouterr().out), calls, gathered
+
+
+def test_reload_stops_active_services_unloads_users_first_and_loads_by_file_name(monkeypatch, capsys):
+    res, calls, _gathered = run(monkeypatch, capsys, {"services": ["nvidia-persistenced", "nvidia-fabricmanager"]}, {})
+    assert res["reload"] == "done" and res["changed"] is True
+    assert res["stopped_services"] == ["nvidia-persistenced"]
+    acting = [c for c in calls if c[0] in ("rmmod", "modprobe") or c[:2] == ["systemctl", "stop"]]
+    assert acting == [
+        ["systemctl", "stop", "nvidia-persistenced.service"],
+        ["rmmod", "nvidia_uvm"],
+        ["rmmod", "nvidia_modeset"],
+        ["rmmod", "nvidia"],
+        ["modprobe", "nvidia-current"],
+        ["modprobe", "nvidia-current-modeset"],
+        ["modprobe", "nvidia_uvm"],
+    ]
+
+
+def test_in_use_with_reboot_allowed_loads_nothing_and_says_why(monkeypatch, capsys):
+    answers = {("rmmod", "nvidia"): (1, "", "rmmod: ERROR: Module nvidia is in use\n")}
+    res, calls, gathered = run(monkeypatch, capsys, {"reboot_allowed": True, "stop_services": False}, answers)
+    assert res.get("failed") is not True and res["reload"] == "in_use"
+    assert res["reload_impossible_why"] == (
+        "rmmod: ERROR: Module nvidia is in use; module in use: nvidia; pid 1346 (/usr/bin/nvidia-persistenced --user x)"
+    )
+    assert res["unloaded"] == ["nvidia_uvm", "nvidia_modeset"]
+    assert not [c for c in calls if c[0] == "modprobe" or c[0] == "systemctl"]
+    assert [g.get("device_holders") for g in gathered] == [False, True]
+
+
+def test_in_use_without_reboot_fails_naming_the_holder(monkeypatch, capsys):
+    answers = {("rmmod", "nvidia"): (1, "", "rmmod: ERROR: Module nvidia is in use\n")}
+    res, calls, _gathered = run(monkeypatch, capsys, {"reboot_allowed": False}, answers)
+    assert res["failed"] is True
+    assert res["msg"].startswith(
+        "module reload impossible: rmmod: ERROR: Module nvidia is in use; module in use: nvidia; pid 1346"
+    )
+    assert not [c for c in calls if c[0] == "modprobe"]
+
+
+def test_modprobe_failure_fails_quoting_it(monkeypatch, capsys):
+    answers = {("modprobe", "nvidia-current"): (1, "", "modprobe: ERROR: could not insert 'nvidia': No such device\n")}
+    res, _calls, _gathered = run(monkeypatch, capsys, {}, answers)
+    assert res["failed"] is True
+    assert (
+        res["msg"]
+        == "modprobe nvidia-current failed (rc 1): modprobe: ERROR: could not insert 'nvidia': No such device"
+    )
+    assert res["loaded"] == []
