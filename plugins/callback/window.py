@@ -56,8 +56,8 @@ description:
     (C(--check) or C(-e maintenance_mode=plan)) shows no estimate.
   - Every task failure and unreachable host is printed in full (host, task name, message; C((ignored))
     when the task ignores errors), and so is the C(msg) of every C(debug) task (the summary, the plan).
-    Play headers are one line; the PLAY RECAP is printed at the end. With C(-v) the task names are printed
-    as well, and module warnings.
+    Module warnings are printed too (one line each). Play headers are one line; the PLAY RECAP is printed
+    at the end. With C(-v) the task names are printed as well.
   - Meant for C(npuops.fleet.maintenance_window); other playbooks show their play headers, failures,
     debug output and the recap.
 author:
@@ -524,7 +524,6 @@ class CallbackModule(CallbackBase):
             self._say(line)
 
     def _warnings(self, name: str, res: Mapping[str, Any]) -> None:
-        if self._display.verbosity < 1:
-            return
+        # always: a module's warning says what a check could not do (a dry-run eviction not possible)
         for w in res.get("warnings") or []:
             self._say("%s  warning: %s" % (name, w), C.COLOR_WARN)

@@ -91,8 +91,9 @@ class PodRemovalSteps:
             return refused
         # The dry run met the multiple-PDB 500 that the PDB list did not predict (a PDB made since).
         multiple = [r for r, why in probed.items() if drain.is_multiple_pdbs_answer(why)]
-        for ref, note in self._name_multiple_pdbs(multiple, {eviction_rules.pod_ref(v): v for v in rest}).items():
-            probed[ref] = "%s; %s" % (probed[ref], note)
+        if multiple:  # a PDB LIST only when there is a pod to name its PDBs for
+            for ref, note in self._name_multiple_pdbs(multiple, {eviction_rules.pod_ref(v): v for v in rest}).items():
+                probed[ref] = "%s; %s" % (probed[ref], note)
         refused.update(probed)
         return refused
 

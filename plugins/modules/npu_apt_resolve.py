@@ -103,7 +103,9 @@ lists_mtime:
 """
 
 import os  # noqa: E402
+import re  # noqa: E402
 import socket  # noqa: E402
+import time  # noqa: E402
 from typing import Any  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
@@ -111,6 +113,9 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.npuops.fleet.plugins.module_utils.host import apt_output, dpkg_lock  # noqa: E402
 
 LISTS = "/var/lib/apt/lists"
+RETRY_DELAY = 2.0
+FETCH_RETRIES = 2
+FETCH_FAILED = re.compile(r"Failed to fetch|Some index files failed to download")
 
 
 def main() -> None:
@@ -136,11 +141,25 @@ def main() -> None:
             module.fail_json(msg=dpkg_lock.timeout_message(lock["holders"], lock["waited"], p["lock_timeout"]), **res)
 
     if p["update_cache"] and not module.check_mode:
-        wait_locks()
         apt_get = module.get_bin_path("apt-get", required=True)
-        rc, out, err = module.run_command([apt_get, "update", "-q"], environ_update=env)
-        if rc != 0:
-            lines = apt_output.failure_lines((out or "") + "\n" + (err or "")) or [(err or out or "").strip()]
+        deadline = time.monotonic() + p["lock_timeout"]
+        fetch_retries = 0
+        while True:
+            wait_locks()
+            rc, out, err = module.run_command([apt_get, "update", "-q"], environ_update=env)
+            if rc == 0:
+                break
+            text = (out or "") + "\n" + (err or "")
+            # another apt took the lists lock between the wait and the update: wait again, within the bound
+            if dpkg_lock.parse_lock_messages(text) and time.monotonic() < deadline:
+                time.sleep(RETRY_DELAY)
+                continue
+            # a mirror that failed once: twice more, as ansible.builtin.apt's update_cache retries
+            if FETCH_FAILED.search(text) and fetch_retries < FETCH_RETRIES:
+                fetch_retries += 1
+                time.sleep(RETRY_DELAY * fetch_retries)
+                continue
+            lines = apt_output.failure_lines(text) or [(err or out or "").strip()]
             module.fail_json(msg="apt-get update failed (rc %s): %s" % (rc, " / ".join(lines)), **res)
     try:
         res["lists_mtime"] = os.stat(LISTS).st_mtime
@@ -153,16 +172,16 @@ def main() -> None:
         cache = module.get_bin_path("apt-cache", required=True)
         rc, out, err = module.run_command([cache, "madison"] + names, environ_update=env)
         offers = apt_output.parse_madison(out)
-    res["offers"] = {n: offers.get(n, []) for n in names}
+    res["offers"] = {n: offers.get(n.split(":", 1)[0], []) for n in names}
     resolved: dict[str, str] = {}
     for name in names:
-        at = apt_output.offered_at(offers.get(name, []), p["version"])
+        at = apt_output.offered_at(res["offers"][name], p["version"])
         if at:
             resolved[name] = at
         elif name in p["packages"]:
             res["missing"].append(name)
     if res["missing"]:
-        offered = ", ".join("%s=%s" % (n, v) for n in p["packages"] for v in offers.get(n, [])) or "nothing"
+        offered = ", ".join("%s=%s" % (n, v) for n in p["packages"] for v in res["offers"][n]) or "nothing"
         module.fail_json(
             msg="%s is not available in the apt sources of %s: no installable version for %s (apt offers: %s)"
             % (

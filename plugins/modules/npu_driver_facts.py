@@ -332,6 +332,10 @@ device_holders:
       description: The device files it has open.
       type: list
       elements: str
+ipvs_loaded:
+  description: Whether kube-proxy's IPVS module (C(/sys/module/ip_vs)) is loaded now, built in or as a module.
+  returned: always
+  type: bool
 in_use_reason:
   description:
     - With O(device_holders) and the main module still loaded with a use count or holders - why it

@@ -622,6 +622,8 @@ def gather(runner: Runner, profile: Mapping[str, Any], params: Mapping[str, Any]
         "identity": f.identity(p["boot_id_file"]),
         "fabricmanager": fm,
         "in_use_reason": in_use,
+        # kube-proxy's IPVS module loaded now (built in or a module): the upgrade loads it back after
+        "ipvs_loaded": os.path.exists("/sys/module/ip_vs"),
         "booted_kernel_packages": kernel_pkgs,
         "kernel_meta_packages": meta_pkgs,
         "package_families": families,

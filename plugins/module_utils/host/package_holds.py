@@ -72,12 +72,15 @@ def held(selections: Mapping[str, Mapping[str, str]]) -> list[str]:
     return sorted(n for n, inst in selections.items() if "hold" in inst.values())
 
 
+# The instance selections each change acts on: a hold takes the selected ones (a removed instance left
+# with its config files, ``deinstall``, stays as it is), a release the held ones.
+_ACTS_ON = {"hold": ("install",), "install": ("hold",)}
+
+
 def not_as_asked(selections: Mapping[str, Mapping[str, str]], packages: Iterable[str], selection: str) -> list[str]:
-    """The packages some instance of which is not at ``selection`` (``hold``: not held; ``install``:
-    still held), sorted; a package dpkg does not list is left out (nothing to hold)."""
-    if selection == "hold":
-        return sorted(p for p in set(packages) if p in selections and any(v != "hold" for v in selections[p].values()))
-    return sorted(p for p in set(packages) if "hold" in (selections.get(p) or {}).values())
+    """The packages an instance of which the change to ``selection`` would still act on (``hold``: one
+    selected ``install``; ``install``: one still held), sorted; a package dpkg does not list is left out."""
+    return sorted(p for p in set(packages) if set((selections.get(p) or {}).values()) & set(_ACTS_ON[selection]))
 
 
 def selections_input(selections: Mapping[str, Mapping[str, str]], packages: Iterable[str], selection: str) -> str:
@@ -89,6 +92,7 @@ def selections_input(selections: Mapping[str, Mapping[str, str]], packages: Iter
         raise ValueError("selection must be hold or install, got %r" % (selection,))
     lines = []
     for p in sorted(set(packages)):
-        for q in sorted((selections.get(p) or {p: ""}).keys()):
-            lines.append("%s %s\n" % (q, selection))
+        inst = selections.get(p)
+        names = sorted(q for q, v in inst.items() if v in _ACTS_ON[selection]) if inst else [p]
+        lines.extend("%s %s\n" % (q, selection) for q in names)
     return "".join(lines)

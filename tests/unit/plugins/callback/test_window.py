@@ -400,3 +400,10 @@ def test_debug_output_can_be_turned_off(cb):
     plugin._plugin_options = {"show_debug": False}
     plugin.v2_runner_on_ok(show)
     assert lines == ["# Maintenance window r1"]
+
+
+def test_module_warnings_are_printed_at_default_verbosity(cb):
+    plugin, lines, _clock = cb
+    res = {"changed": False, "warnings": ["dry-run evictions not possible: 503"]}
+    plugin.v2_runner_on_ok(Result("n1", Task("Preflight the node"), res))
+    assert "n1  warning: dry-run evictions not possible: 503" in lines

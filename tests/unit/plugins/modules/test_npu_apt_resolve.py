@@ -39,14 +39,21 @@ def test_offered_at_takes_the_exact_upstream_version(versions, want):
     assert apt_output.offered_at(versions, "550.90.07") == want
 
 
-def run(monkeypatch, capsys, args, madison=MADISON, update_rc=0, check=False):
+FETCH_404 = (100, "", "E: Failed to fetch http://lab/ubuntu/dists/jammy/InRelease  404  Not Found\n")
+LISTS_LOCKED = (100, "", "E: Could not get lock /var/lib/apt/lists/lock. It is held by process 4242 (apt-get)\n")
+
+
+def run(monkeypatch, capsys, args, madison=MADISON, updates=((0, "", ""),), check=False):
     calls = []
+    answers = list(updates)
 
     def run_command(self, argv, **kw):
         calls.append([a.rsplit("/", 1)[-1] if i == 0 else a for i, a in enumerate(argv)])
         if argv[0].endswith("apt-get"):
-            return update_rc, "", "E: Failed to fetch http://lab/ubuntu/dists/jammy/InRelease  404  Not Found\n"
+            return answers.pop(0) if len(answers) > 1 else answers[0]
         return 0, madison, ""
+
+    monkeypatch.setattr(mod, "RETRY_DELAY", 0)
 
     monkeypatch.setattr(AnsibleModule, "run_command", run_command)
     monkeypatch.setattr(AnsibleModule, "get_bin_path", lambda self, n, required=False, opt_dirs=None: "/usr/bin/" + n)
@@ -119,15 +126,31 @@ def test_check_mode_reads_the_lists_as_they_are(monkeypatch, capsys):
     assert [c[0] for c in calls] == ["apt-cache"]
 
 
-def test_a_failed_refresh_fails_quoting_apt(monkeypatch, capsys):
+def test_a_refresh_that_keeps_failing_fails_quoting_apt_after_two_retries(monkeypatch, capsys):
     res, calls = run(
         monkeypatch,
         capsys,
         {"version": "550.90.07", "packages": ["nvidia-driver-550"], "update_cache": True},
-        update_rc=100,
+        updates=(FETCH_404,),
     )
     assert res["failed"] is True
     assert res["msg"].startswith(
         "apt-get update failed (rc 100): E: Failed to fetch http://lab/ubuntu/dists/jammy/InRelease"
     )
-    assert [c[0] for c in calls] == ["apt-get"]
+    assert [c[0] for c in calls] == ["apt-get"] * 3
+
+
+def test_a_lists_lock_taken_after_the_wait_and_a_mirror_hiccup_are_waited_out(monkeypatch, capsys):
+    res, calls = run(
+        monkeypatch,
+        capsys,
+        {"version": "550.90.07", "packages": ["nvidia-driver-550"], "update_cache": True},
+        updates=(LISTS_LOCKED, FETCH_404, (0, "", "")),
+    )
+    assert res.get("failed") is not True, res
+    assert [c[0] for c in calls] == ["apt-get", "apt-get", "apt-get", "apt-cache"]
+
+
+def test_an_arch_qualified_name_gets_the_offers_apt_prints_without_it(monkeypatch, capsys):
+    res, _calls = run(monkeypatch, capsys, {"version": "550.90.07", "packages": ["nvidia-utils-550:amd64"]})
+    assert res["resolved"] == {"nvidia-utils-550:amd64": "1:550.90.07-1"}

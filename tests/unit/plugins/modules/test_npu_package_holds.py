@@ -176,12 +176,15 @@ def test_release_left_held_fails(monkeypatch, capsys):
 
 
 def test_multi_arch_package_is_held_and_released_on_every_instance(monkeypatch, capsys):
-    extra = {"libnvidia-gl-550:amd64": "ii", "libnvidia-gl-550:i386": "ii"}
+    extra = {"libnvidia-gl-550:amd64": "ii", "libnvidia-gl-550:i386": "ii", "libnvidia-gl-550:armhf": "rc"}
     dpkg = Dpkg(held=["libnvidia-gl-550:amd64"], extra=extra)
+    dpkg.sel["libnvidia-gl-550:armhf"] = "deinstall"  # removed, its config files left
     res = run(monkeypatch, capsys, {"state": "held", "names": ["libnvidia-gl-550"]}, dpkg)
     assert res.get("failed") is not True, res
-    # held already on amd64, not on i386: the i386 instance is held too, by its qualified name
-    assert sets(dpkg) == ["libnvidia-gl-550:amd64 hold\nlibnvidia-gl-550:i386 hold\n"]
+    # held already on amd64, not on i386: the i386 instance is held too, by its qualified name; the
+    # removed armhf instance stays as it is
+    assert sets(dpkg) == ["libnvidia-gl-550:i386 hold\n"]
+    assert dpkg.sel["libnvidia-gl-550:armhf"] == "deinstall"
     assert dpkg.sel["libnvidia-gl-550:i386"] == "hold"
     assert res["changed_packages"] == ["libnvidia-gl-550"]
 
