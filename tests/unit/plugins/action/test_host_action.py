@@ -8,14 +8,9 @@ mode for the module tests that run after this file."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[4]
 
 PLAYBOOK = """
 - hosts: ghost
@@ -44,28 +39,20 @@ PLAYBOOK = """
 
 
 @pytest.mark.skipif(not (Path("/usr/bin/ssh").exists()), reason="needs the ssh client")
-def test_rescue_sees_a_lost_host_and_plain_tasks_stay_unreachable(tmp_path):
-    (tmp_path / "pb.yml").write_text(PLAYBOOK)
+def test_rescue_sees_a_lost_host_and_plain_tasks_stay_unreachable(tmp_path, playbook):
     (tmp_path / "inv").write_text(
         "ghost ansible_host=127.0.0.1 ansible_port=1 ansible_ssh_common_args='-o ConnectTimeout=3'\n"
     )
     out = tmp_path / "rescued.json"
-    env = dict(
-        os.environ,
-        ANSIBLE_COLLECTIONS_PATH=str(ROOT / "build" / "collections"),
+    proc = playbook(
+        PLAYBOOK,
+        "-i",
+        str(tmp_path / "inv"),
+        "-e",
+        "out=%s" % out,
         ANSIBLE_HOST_KEY_CHECKING="False",
         ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
         ANSIBLE_SSH_RETRIES="0",
-    )
-    bindir = Path(sys.executable).parent
-    proc = subprocess.run(
-        [str(bindir / "ansible-playbook"), "-i", str(tmp_path / "inv"), str(tmp_path / "pb.yml"), "-e", "out=%s" % out],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
     )
     rescued = json.loads(out.read_text())
     assert rescued["failed"] is True and rescued["host_lost"] is True

@@ -6,12 +6,6 @@ controller mode for the module tests that run after this file)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[4]
 
 PLAYBOOK = """
 - hosts: localhost
@@ -58,31 +52,9 @@ PLAYBOOK = """
 """
 
 
-def test_phases_meet_at_one_instant_and_keep_the_record(tmp_path):
-    (tmp_path / "pb.yml").write_text(PLAYBOOK)
+def test_phases_meet_at_one_instant_and_keep_the_record(tmp_path, playbook):
     out = tmp_path / "facts.json"
-    env = dict(
-        os.environ,
-        ANSIBLE_COLLECTIONS_PATH=str(ROOT / "build" / "collections"),
-        ANSIBLE_LOCALHOST_WARNING="False",
-        ANSIBLE_INVENTORY_UNPARSED_WARNING="False",
-    )
-    proc = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "ansible-playbook"),
-            "-c",
-            "local",
-            str(tmp_path / "pb.yml"),
-            "-e",
-            "out=%s" % out,
-        ],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    proc = playbook(PLAYBOOK, "-c", "local", "-e", "out=%s" % out)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     f = json.loads(out.read_text())
     r = f["result"]
