@@ -381,7 +381,15 @@ class CallbackModule(CallbackBase):
         if not times:
             return ", about ? left"
         width = self._width if self._width and self._width > 0 else left
-        return ", about %s left" % _span(sum(times) / len(times) * left / width)
+        mean = sum(times) / len(times)
+        # what the admitted hosts in flight already spent of it counts as done
+        now = self._now()
+        spent = sum(
+            min(max(now - h.admitted_at, 0.0), mean)
+            for h in self._hosts.values()
+            if h.status == "running" and h.admitted_at is not None
+        )
+        return ", about %s left" % _span(max(mean * left - spent, 0.0) / width)
 
     def _fleet(self) -> None:
         self._pending = False

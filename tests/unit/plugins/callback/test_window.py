@@ -407,3 +407,19 @@ def test_module_warnings_are_printed_at_default_verbosity(cb):
     res = {"changed": False, "warnings": ["dry-run evictions not possible: 503"]}
     plugin.v2_runner_on_ok(Result("n1", Task("Preflight the node"), res))
     assert "n1  warning: dry-run evictions not possible: 503" in lines
+
+
+def test_the_estimate_counts_what_a_host_in_flight_already_spent(cb):
+    _plugin, lines, _clock = cb
+    preflight(cb)
+    # n1: admitted 08:00:30, upgraded 08:01:10 - 40 s
+    phase(cb, "n1", "prepare", 29)
+    module(cb, "n1", "prepare", [tr("", "upgrade-required", "2027-01-15T08:00:30Z")], at=30)
+    phase(cb, "n1", "done", 70)
+    status(cb, "n1", "upgraded", "2027-01-15T08:01:10Z", at=70)
+    # n2: admitted 08:01:15; at 08:01:45 it has spent 30 of the 40 s a host takes here
+    phase(cb, "n2", "prepare", 71)
+    module(cb, "n2", "prepare", [tr("", "upgrade-required", "2027-01-15T08:01:15Z")], at=75)
+    del lines[:]
+    next_task(cb, 105)
+    assert lines[-1] == "done 1 / in flight 1 / waiting 0 / failed 0 / at target 1 - elapsed 1m, about 10s left"
