@@ -87,9 +87,7 @@ notes:
   - Reads only task results; nothing is asked of the cluster. Times of node transitions are whole seconds.
 """
 
-import calendar
 import functools
-import re
 import time
 from typing import Any, Callable, Mapping, Optional
 
@@ -97,29 +95,11 @@ from ansible import constants as C
 from ansible import context
 from ansible.plugins.callback import CallbackBase
 
-PHASES = ("preflight", "prepare", "install", "reload", "reboot", "verify", "finish")
+from ansible_collections.npuops.fleet.plugins.plugin_utils.window_record import PHASES, epoch, number
+
 FINAL = ("preflight-ok", "upgraded", "already-at-target", "skipped", "failed", "not-started")
 WITH_REASON = ("failed", "skipped", "not-started")
 NODE_UPGRADE = "npu_node_upgrade"
-_TIME = re.compile(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(\.\d+)?Z?$")
-
-
-def _ts(value: Any) -> Optional[float]:
-    m = _TIME.match(str(value or "").strip())
-    if not m:
-        return None
-    try:
-        whole = calendar.timegm(tuple(int(g) for g in m.groups()[:6]) + (0, 0, 0))
-    except (ValueError, OverflowError):
-        return None
-    return float(whole) + (float(m.group(7)) if m.group(7) else 0.0)
-
-
-def _num(value: Any) -> Optional[float]:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
 
 
 def _truthy(value: Any) -> bool:
@@ -263,7 +243,7 @@ class CallbackModule(CallbackBase):
         if isinstance(facts.get("_mw_targets"), (list, tuple)):
             self._targets = [str(t) for t in facts["_mw_targets"]]
         if "_mw_parallel" in facts:
-            width = _num(facts["_mw_parallel"])
+            width = number(facts["_mw_parallel"])
             self._width = int(width) if width is not None else None
 
         action = str(getattr(task, "action", "") or "")
@@ -272,7 +252,7 @@ class CallbackModule(CallbackBase):
                 if not isinstance(tr, Mapping) or not tr.get("to"):
                     continue
                 h = self._host(name)
-                at = _ts(tr.get("time"))
+                at = epoch(tr.get("time"))
                 at = now if at is None else at
                 if tr["to"] == "upgrade-required":
                     h.admitted_at = at
@@ -289,7 +269,7 @@ class CallbackModule(CallbackBase):
         phase = facts.get("_driver_upgrade_phase")
         if phase is not None:
             h = self._host(name)
-            at = _num(facts.get("_driver_upgrade_phase_start"))
+            at = number(facts.get("_driver_upgrade_phase_start"))
             at = now if at is None else at
             if str(phase) != h.phase:
                 h.phase = str(phase)
@@ -320,7 +300,7 @@ class CallbackModule(CallbackBase):
         h.status = status
         if status not in FINAL:
             return
-        at = _ts(result.get("finished"))
+        at = epoch(result.get("finished"))
         at = now if at is None or (h.since is not None and at < h.since - 1.0) else at
         if status == "upgraded":
             start = h.admitted_at if h.admitted_at is not None else (h.phase_at if h.phase == "prepare" else None)
@@ -334,7 +314,7 @@ class CallbackModule(CallbackBase):
     def _prepare_start(result: Mapping[str, Any]) -> Optional[float]:
         phases = result.get("phases")
         prep = phases.get("prepare") if isinstance(phases, Mapping) else None
-        return _ts(prep.get("started")) if isinstance(prep, Mapping) else None
+        return epoch(prep.get("started")) if isinstance(prep, Mapping) else None
 
     # ---- the fleet line -------------------------------------------------------------------------
     def _counts(self) -> dict[str, int]:

@@ -28,10 +28,11 @@ Plain exceptions only (see rollout.py): a summary that is not a mapping raises V
 
 from __future__ import annotations
 
-import calendar
 import re
 import time
 from typing import Any, Mapping, Optional, Sequence
+
+from ansible_collections.npuops.fleet.plugins.plugin_utils.window_record import PHASES, epoch, number
 
 DOCUMENTATION = r"""
 name: timeline_svg
@@ -74,7 +75,6 @@ _value:
   type: str
 """
 
-PHASES = ("preflight", "prepare", "install", "reload", "reboot", "verify", "finish")
 PHASE_COLOURS = {
     "preflight": "#9ecae1",
     "prepare": "#fdae6b",
@@ -106,29 +106,7 @@ MARK_H = 4
 STRIP_H = 36
 TICK_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 
-_TIME = re.compile(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(\.\d+)?(Z|[+-]00:?00)?$")
 _XML_FORBIDDEN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
-
-
-def _ts(value: Any) -> Optional[float]:
-    """Seconds since the epoch of an RFC 3339 UTC time ("2026-12-05T05:26:07Z"); None when absent or not one."""
-    if value is None:
-        return None
-    m = _TIME.match(str(value).strip())
-    if not m:
-        return None
-    y, mo, d, h, mi, s = (int(g) for g in m.groups()[:6])
-    try:
-        return float(calendar.timegm((y, mo, d, h, mi, s, 0, 0, 0))) + (float(m.group(7)) if m.group(7) else 0.0)
-    except (ValueError, OverflowError):
-        return None
-
-
-def _num(value: Any) -> Optional[float]:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
 
 
 def _text(value: Any) -> str:
@@ -179,9 +157,9 @@ def _phase_rows(host: Mapping[str, Any]) -> list[tuple[str, float, float, Mappin
         for name, rec in phases.items():
             if not isinstance(rec, Mapping):
                 continue
-            end = _ts(rec.get("finished"))
-            start = _ts(rec.get("started"))
-            dur = _num(rec.get("duration_s"))
+            end = epoch(rec.get("finished"))
+            start = epoch(rec.get("started"))
+            dur = number(rec.get("duration_s"))
             if start is None and end is not None and dur is not None:
                 start = end - dur
             if end is None and start is not None and dur is not None:
@@ -207,12 +185,12 @@ class _Scale:
 def _bounds(doc: Mapping[str, Any], hosts: Sequence[Mapping[str, Any]]) -> tuple[float, float]:
     times = []
     for key in ("started", "finished"):
-        t = _ts(doc.get(key))
+        t = epoch(doc.get(key))
         if t is not None:
             times.append(t)
     for h in hosts:
         for key in ("started", "finished"):
-            t = _ts(h.get(key))
+            t = epoch(h.get(key))
             if t is not None:
                 times.append(t)
         for _n, start, end, _r in _phase_rows(h):
@@ -271,8 +249,8 @@ def _host_row(i: int, host: Mapping[str, Any], scale: _Scale, plan: Optional[tup
             _text("%s: %s%s" % (name, status, (" - %s" % reason) if reason else "")),
         ),
     ]
-    start = _ts(host.get("started"))
-    end = _ts(host.get("finished"))
+    start = epoch(host.get("started"))
+    end = epoch(host.get("finished"))
     rows = _phase_rows(host) if plan is None else []
     if plan is not None:
         start, end = plan
@@ -411,7 +389,7 @@ def timeline_svg(summary: Any) -> str:
     scale = _Scale(t0, t1)
     plan_span = None
     if is_plan:
-        ps, pe = _ts(summary.get("started")), _ts(summary.get("finished"))
+        ps, pe = epoch(summary.get("started")), epoch(summary.get("finished"))
         plan_span = (ps if ps is not None else scale.t0, pe if pe is not None else scale.t1)
 
     rows_bottom = TOP + max(len(hosts), 1) * ROW_H

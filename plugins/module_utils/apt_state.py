@@ -86,6 +86,10 @@ def held_packages(text: str) -> list[str]:
     return sorted(p for p, sel in parse_dpkg_selections(text).items() if sel == "hold")
 
 
+# ``dpkg-query -W`` format whose output :func:`parse_dpkg_query` reads
+DPKG_QUERY_FORMAT = "-f=${Package}\t${Version}\t${db:Status-Abbrev}\n"
+
+
 def parse_dpkg_query(text: str) -> dict[str, dict[str, str]]:
     """``dpkg-query -W -f='${Package}\\t${Version}\\t${db:Status-Abbrev}\\n'`` -> installed packages.
 

@@ -64,19 +64,17 @@ class PodRemovalSteps:
         except Exception:  # noqa: BLE001 - the failure message says they could not be read
             return None
 
-    def _covering_now(self, pods: list[dict[str, Any]]) -> Optional[dict[str, list[str]]]:
-        """For each of ``pods``: "ns/pod" -> sorted "ns/name" of the PDBs covering it now (namespace and
-        selector), read within 10 s (a failing step's message must not wait out an API outage); None when
-        the PDBs cannot be read."""
-        try:
-            return drain.covering_from_items(drain.list_pdbs(self.policy_api, deadline=time.monotonic() + 10), pods)
-        except Exception:  # noqa: BLE001 - the message says they could not be read
-            return None
-
     def _name_multiple_pdbs(self, refs: list[str], by_ref: dict[str, dict[str, Any]]) -> dict[str, str]:
         """For the pods ``refs`` that met the apiserver's multiple-PDB 500 (whose message names no PDB):
-        "ns/pod" -> :func:`drain.covering_note` naming every PDB that covers it now."""
-        covering = self._covering_now([by_ref[r] for r in refs if r in by_ref])
+        "ns/pod" -> :func:`drain.covering_note` naming every PDB that covers it now (namespace and
+        selector), read within 10 s (a failing step's message must not wait out an API outage)."""
+        pods = [by_ref[r] for r in refs if r in by_ref]
+        try:
+            covering: Optional[dict[str, list[str]]] = drain.covering_from_items(
+                drain.list_pdbs(self.policy_api, deadline=time.monotonic() + 10), pods
+            )
+        except Exception:  # noqa: BLE001 - the note says they could not be read
+            covering = None
         return {r: drain.covering_note(r, None if covering is None else covering.get(r, [])) for r in refs}
 
     def _structural_refusals(self, victims: list[dict[str, Any]]) -> dict[str, str]:

@@ -679,20 +679,6 @@ from ansible_collections.npuops.fleet.plugins.module_utils.vendor_profiles impor
 )
 
 
-class ModuleRunner:
-    """driver_facts' runner on AnsibleModule: run_command with LC_ALL=C, get_bin_path."""
-
-    def __init__(self, module):
-        self.m = module
-
-    def run(self, args):
-        rc, out, err = self.m.run_command(args, environ_update={"LC_ALL": "C"})
-        return rc, out or "", err or ""
-
-    def bin(self, name):
-        return self.m.get_bin_path(name)
-
-
 def main():
     spec = dict(
         expected_version=dict(type="str"),
@@ -717,7 +703,7 @@ def main():
         profile = resolve_profile(p["vendor"], p["vendor_profile"], p["vendor_profiles"])
     except ProfileError as e:
         module.fail_json(msg=str(e))
-    facts = driver_facts.gather(ModuleRunner(module), profile, p)
+    facts = driver_facts.gather(driver_facts.ModuleRunner(module), profile, p)
     # A pre-window record left by a killed run: the host is not done until a run restores it.
     facts["window_record"] = os.path.exists(p["window_record_file"])
     module.exit_json(changed=False, ansible_facts={"npu_driver": facts}, **facts)

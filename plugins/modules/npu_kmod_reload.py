@@ -120,27 +120,13 @@ from ansible_collections.npuops.fleet.plugins.module_utils.vendor_profiles impor
 )
 
 
-class Runner:
-    """driver_facts' runner on AnsibleModule: run_command with LC_ALL=C, get_bin_path."""
-
-    def __init__(self, module: AnsibleModule) -> None:
-        self.m = module
-
-    def run(self, args: list[str]) -> tuple[int, str, str]:
-        rc, out, err = self.m.run_command(args, environ_update={"LC_ALL": "C"})
-        return rc, out or "", err or ""
-
-    def bin(self, name: str) -> str | None:
-        return self.m.get_bin_path(name)
-
-
 class KmodReload:
     """Stop, read, unload, name the holders or load back - the steps of the module's description."""
 
     def __init__(self, module: AnsibleModule, profile: dict[str, Any]) -> None:
         self.m = module
         self.profile = profile
-        self.runner = Runner(module)
+        self.runner = driver_facts.ModuleRunner(module)
         self.res: dict[str, Any] = dict(
             changed=False,
             stopped_services=[],

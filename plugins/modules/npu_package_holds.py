@@ -186,7 +186,7 @@ class HoldsManager:
 
     def installed(self) -> dict[str, dict[str, str]]:
         query = self.m.get_bin_path("dpkg-query", required=True)
-        rc, out, err = self._run([query, "-W", "-f=${Package}\t${Version}\t${db:Status-Abbrev}\n"])
+        rc, out, err = self._run([query, "-W", apt_state.DPKG_QUERY_FORMAT])
         if rc != 0:
             self.m.fail_json(msg="dpkg-query -W failed (rc %s): %s" % (rc, err.strip() or out.strip()))
         return apt_state.parse_dpkg_query(out)
@@ -254,8 +254,7 @@ class HoldsManager:
         wanted = self.wanted(sel)
         if p["state"] == "held":
             # every instance held, a Multi-Arch package's second one included
-            change = package_holds.not_as_asked(sel, wanted, "hold") + sorted(set(wanted) - set(sel))
-            change = sorted(set(change))
+            change = sorted(set(package_holds.not_as_asked(sel, wanted, "hold")) | (set(wanted) - set(sel)))
             selection = "hold"
         elif p["state"] == "released":
             change = list(wanted)

@@ -49,6 +49,21 @@ class Runner(Protocol):
     def bin(self, name: str) -> Optional[str]: ...
 
 
+class ModuleRunner:
+    """:class:`Runner` on an AnsibleModule (``run_command`` with LC_ALL=C, ``get_bin_path``); the host
+    modules that gather facts use it (the drift check has its own, on subprocess)."""
+
+    def __init__(self, module: Any) -> None:
+        self.m = module
+
+    def run(self, args: list[str]) -> tuple[int, str, str]:
+        rc, out, err = self.m.run_command(args, environ_update={"LC_ALL": "C"})
+        return rc, out or "", err or ""
+
+    def bin(self, name: str) -> Optional[str]:
+        return self.m.get_bin_path(name)
+
+
 # gather()'s params and their defaults (the module's argspec defaults; the drift check passes only some)
 DEFAULT_PARAMS: dict[str, Any] = {
     "vendor": "nvidia",
@@ -408,7 +423,7 @@ def gather(runner: Runner, profile: Mapping[str, Any], params: Mapping[str, Any]
     installed_pkgs = {}
     held = []
     if dpkg_query:
-        _rc, out, _err = f.run([dpkg_query, "-W", "-f=${Package}\t${Version}\t${db:Status-Abbrev}\n"])
+        _rc, out, _err = f.run([dpkg_query, "-W", apt_state.DPKG_QUERY_FORMAT])
         installed_pkgs = apt_state.parse_dpkg_query(out)
         dpkg = f.bin("dpkg")
         if dpkg:

@@ -527,7 +527,7 @@ def test_identity_unknown_parts_are_null(monkeypatch, capsys):
 
 
 def test_module_runner_runs_in_the_c_locale():
-    """The module's runner for driver_facts.gather: run_command with LC_ALL=C, never check_rc."""
+    """The host modules' runner for driver_facts.gather: run_command with LC_ALL=C, never check_rc."""
     calls = []
 
     class Module:
@@ -538,7 +538,7 @@ def test_module_runner_runs_in_the_c_locale():
         def get_bin_path(self, name):
             return "/usr/sbin/" + name
 
-    runner = mod.ModuleRunner(Module())
+    runner = df.ModuleRunner(Module())
     assert runner.run(["modinfo", "-k", "x"]) == (1, "", "boom")
     assert calls == [(["modinfo", "-k", "x"], {"environ_update": {"LC_ALL": "C"}})]
     assert runner.bin("modinfo") == "/usr/sbin/modinfo"
