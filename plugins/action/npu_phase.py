@@ -1,16 +1,30 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Action npu_phase: a phase boundary of a host's upgrade at one reading of the clock (the module file
-holds its documentation). Controller side only; nothing runs on the host."""
+holds its documentation). Runs on the control node: the record and the run's Lease there; on the host
+only a ping, when the next phase must find it answering."""
 
 from __future__ import annotations
 
 import copy
+import hashlib
+import os
+import tempfile
 import time
 from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase, VariableLayer
+
+LEASE_SPEC = {
+    "name": {"type": "str"},
+    "namespace": {"type": "str"},
+    "holder": {"type": "str", "required": True},
+    "ttl": {"type": "int", "default": 1800},
+    "renewed_at": {"type": "float", "default": 0.0},
+    "kubeconfig": {"type": "path"},
+    "context": {"type": "str"},
+}
 
 SPEC = {
     "result": {"type": "dict", "required": True},
@@ -19,6 +33,9 @@ SPEC = {
     "started": {"type": "str"},
     "next": {"type": "str", "required": True},
     "prefix": {"type": "str", "default": "_driver_upgrade_"},
+    "facts": {"type": "dict", "default": {}},
+    "reach_timeout": {"type": "int", "default": 0},
+    "lease": {"type": "dict"},
 }
 
 
@@ -35,21 +52,110 @@ def boundary(
     return {"result": out, "phase": next_phase, "phase_start": now, "phase_started": stamp, "phase_end": now}
 
 
+def renewal_stamp(lease: dict[str, Any]) -> str:
+    """The control node's file whose mtime says when one of its hosts last renewed this Lease (the
+    hosts run in separate worker processes; a file is what they share)."""
+    key = "%s/%s/%s" % (lease.get("namespace") or "", lease.get("name") or "", lease["holder"])
+    return os.path.join(tempfile.gettempdir(), "npuops-lease-%s" % hashlib.sha256(key.encode()).hexdigest()[:16])
+
+
+def renewal_due(lease: dict[str, Any], now: float) -> bool:
+    """A third of the TTL since the last renewal known here (the window's own, passed as
+    ``renewed_at``, or any host's on this control node): the window sizes the TTL so that the
+    longest wait between two boundaries still fits after a renewal skipped as recent."""
+    try:
+        last = max(float(lease.get("renewed_at") or 0), os.stat(renewal_stamp(lease)).st_mtime)
+    except OSError:
+        last = float(lease.get("renewed_at") or 0)
+    return now - last >= int(lease["ttl"]) / 3
+
+
+def renew(lease: dict[str, Any]) -> dict[str, Any] | None:
+    """Renew the run's Lease as npu_upgrade_lease's ``renew_only`` does; None when renewed, else the
+    failure (``msg``, and ``operation: lost`` / ``lease_lost`` when the Lease is gone or another's)."""
+    # imported here: only a host that renews pays for the kubernetes client
+    from ansible_collections.npuops.fleet.plugins.module_utils.k8s_client import get_api_client_and_source
+    from ansible_collections.npuops.fleet.plugins.module_utils.lease import (
+        DEFAULT_NAME,
+        DEFAULT_NAMESPACE,
+        LeaseLostError,
+        LeaseManager,
+    )
+
+    name, namespace = lease.get("name") or DEFAULT_NAME, lease.get("namespace") or DEFAULT_NAMESPACE
+    try:
+        client, _ = get_api_client_and_source({"kubeconfig": lease.get("kubeconfig"), "context": lease.get("context")})
+        LeaseManager(client, namespace, name, labels={"app.kubernetes.io/managed-by": "npuops.fleet"}).acquire(
+            lease["holder"], int(lease["ttl"]), renew_only=True
+        )
+    except LeaseLostError as exc:
+        return {"msg": str(exc), "operation": "lost", "lease_lost": True}
+    except Exception as exc:  # the API's or the client's words, as the lease module reports them
+        status = getattr(exc, "status", None)
+        return {"msg": "lease %s/%s: %s%s" % (namespace, name, "HTTP %s " % status if status else "",
+                                              getattr(exc, "reason", None) or exc)}
+    with open(renewal_stamp(lease), "a"):
+        pass
+    os.utime(renewal_stamp(lease))
+    return None
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _supports_check_mode = True
-    _requires_connection = False
+
+    def _ping(self, timeout: int, task_vars: dict[str, Any]) -> str | None:
+        """Wait up to ``timeout`` seconds for the host to run a module, as wait_for_connection does
+        (every 2 s, the connection reset between tries); None when it answered, else the last error."""
+        end, error = time.monotonic() + timeout, "no try"
+        while True:
+            try:
+                try:
+                    self._connection.reset()
+                except AttributeError:
+                    pass
+                if self._execute_module(module_name="ansible.legacy.ping", module_args={},
+                                        task_vars=task_vars).get("ping") == "pong":
+                    return None
+                error = "ping test failed"
+            except Exception as exc:  # a connection failure, the words wait_for_connection gives
+                error = str(exc).strip()
+            if time.monotonic() + 2 > end:
+                return error
+            time.sleep(2)
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        task_vars = task_vars or {}
         res = super().run(tmp, task_vars)
         checked = ArgumentSpecValidator(SPEC).validate(self._task.args)
         if checked.error_messages:
             raise AnsibleActionFail("npu_phase: %s" % "; ".join(checked.error_messages))
         a = checked.validated_parameters
-        b = boundary(a["result"], a["phase"], a["start"], a["started"], a["next"], time.time())
+        now = time.time()
+        lease = None
+        if a["lease"]:  # {} or null: no run Lease to renew
+            lease_checked = ArgumentSpecValidator(LEASE_SPEC).validate(a["lease"])
+            if lease_checked.error_messages:
+                raise AnsibleActionFail("npu_phase: lease: %s" % "; ".join(lease_checked.error_messages))
+            lease = lease_checked.validated_parameters
+        # in check mode the Lease is left as it is (npu_upgrade_lease would only preview the renewal)
+        if lease and not self._task.check_mode and renewal_due(lease, now):
+            failure = renew(lease)
+            if failure:  # the phase stays open: the rescue records the failure in it
+                res.update(failed=True, changed=False, host_lost=False, **failure)
+                return res
+        b = boundary(a["result"], a["phase"], a["start"], a["started"], a["next"], now)
         facts = {a["prefix"] + k: v for k, v in b.items()}
+        facts.update(a["facts"])
         # as set_fact sets them: host variables of this run, not cached facts
         self.register_host_variables({}, VariableLayer.CACHEABLE_FACT)
         self.register_host_variables(facts, VariableLayer.EPHEMERAL_FACT)
         res.update(changed=False, ansible_facts=facts)
+        if a["next"] != "done" and a["reach_timeout"] > 0:
+            started = time.monotonic()
+            error = self._ping(a["reach_timeout"], task_vars)
+            res["elapsed"] = round(time.monotonic() - started, 1)
+            if error is not None:
+                res.update(failed=True, host_lost=True, msg="timed out waiting for ping module test: %s" % error)
+            self._remove_tmp_path(self._connection._shell.tmpdir)
         return res

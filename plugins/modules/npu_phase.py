@@ -8,14 +8,21 @@ module: npu_phase
 short_description: Close one phase of a host's upgrade and open the next, at one reading of the clock
 version_added: 0.4.0
 description:
-  - Runs on the control node only (an action; nothing runs on the host). The driver_upgrade role calls it
-    at every phase boundary.
+  - Runs on the control node (an action). The driver_upgrade role calls it at every phase boundary. On the
+    host it runs only the C(ping) module, when O(reach_timeout) asks that the next phase find the host answering.
   - Reads the clock once, and that instant is the closed phase's end and the next one's start, to the second,
     so that the phases of a host's record never overlap nor leave a gap.
   - Records the closed phase in O(result) as C(durations[phase]) (seconds, one decimal) and
     C(phases[phase]) (C(started), C(finished) as UTC RFC 3339 with a Z, C(duration_s)), and returns the
     updated result and the next phase's start as facts named O(prefix) + C(result), C(phase),
     C(phase_start) (epoch seconds), C(phase_started) (RFC 3339) and C(phase_end) (epoch seconds).
+  - Before that, with O(lease), renews the run's Lease when a third of its TTL has passed since the last
+    renewal this control node knows of, as M(npuops.fleet.npu_upgrade_lease) with C(renew_only) does; a Lease
+    gone or held by another run fails the task (C(operation=lost), C(lease_lost=true)) and the phase stays open.
+  - After that, with O(reach_timeout) and O(next) other than C(done), waits up to O(reach_timeout) seconds
+    for the host to run a module (as M(ansible.builtin.wait_for_connection), every 2 s). A host that does not
+    answer fails the task; as Ansible sets no facts of a failed task, the new phase's facts are then in the
+    result's C(ansible_facts) (the role's rescue takes them from there, so the failure is the next phase's).
 options:
   result:
     description: The host's result record so far (C(_driver_upgrade_result)).
@@ -42,16 +49,36 @@ options:
     description: Prefix of the returned facts' names.
     type: str
     default: _driver_upgrade_
+  facts:
+    description: More facts to set with the boundary's, names as given.
+    type: dict
+    default: {}
+  reach_timeout:
+    description:
+      - Seconds the host may take to answer at the start of O(next); C(0) checks nothing. Not checked when
+        O(next) is C(done). Also in check mode (the check is read-only).
+    type: int
+    default: 0
+  lease:
+    description:
+      - The run's Lease to renew at this boundary when due; C({}) or null renews nothing. Keys as
+        M(npuops.fleet.npu_upgrade_lease) takes them (C(name), C(namespace), C(holder), C(ttl) in seconds,
+        default 1800, C(kubeconfig), C(context); the client also honours C(KUBECONFIG)), plus C(renewed_at),
+        epoch seconds of the window's own last renewal.
+      - Due when a third of C(ttl) has passed since the later of C(renewed_at) and the last renewal by any
+        host of this control node (a file in the control node's temporary folder, named after the Lease and
+        the holder, whose modification time says when). Not renewed in check mode.
+    type: dict
 attributes:
   check_mode:
     support: full
-    description: Sets facts only; the same in check mode.
+    description: Sets facts and checks the host as outside check mode; the Lease is not renewed.
   diff_mode:
     support: none
     description: Nothing is changed.
   action:
     support: full
-    description: Runs on the control node.
+    description: Runs on the control node; only the host check reaches the host.
 author:
   - npuops maintainers (@npuops)
 """
@@ -67,6 +94,22 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+elapsed:
+  description: Seconds the host check took.
+  returned: when the host was checked
+  type: float
+operation:
+  description: C(lost) when the renewal found the Lease gone or another run's.
+  returned: on a failed renewal
+  type: str
+lease_lost:
+  description: True when the renewal found the Lease gone or another run's.
+  returned: on a failed renewal
+  type: bool
+host_lost:
+  description: True when the host did not answer within O(reach_timeout); false when the renewal failed.
+  returned: on failure
+  type: bool
 ansible_facts:
   description: The facts named O(prefix) + C(result), C(phase), C(phase_start), C(phase_started), C(phase_end).
   returned: always

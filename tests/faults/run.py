@@ -90,7 +90,9 @@ for _s in ("upgrade-required", "cordon-required", "drain-required", "pod-restart
     CASES["kill-" + _s] = {"kind": "kill", "at": _s, "reboot": _s == "reboot-required"}
 CASES.update({
     "host-lost-install": {"kind": "host_lost", "at": "pod-restart-required", "step": "install"},
-    "host-lost-reload": {"kind": "host_lost", "at_task": "Read the state of the services", "step": "reload"},
+    # lost at the first host step of the reload phase (the boundary before it found the host answering)
+    "host-lost-reload": {"kind": "host_lost", "at_task": "Read the host's driver state after the install",
+                         "step": "reload"},
     # announced (reboot-required), then the host reboots without sshd: it never answers again
     "host-down-reboot": {"kind": "host_lost", "at": "reboot-required", "step": "reboot", "reboot": True,
                          "reboot_timeout": 60, "no_ssh_after_boot": True},

@@ -6,6 +6,9 @@ controller mode for the module tests that run after this file)."""
 from __future__ import annotations
 
 import json
+import shutil
+
+import pytest
 
 PLAYBOOK = """
 - hosts: localhost
@@ -67,3 +70,53 @@ def test_phases_meet_at_one_instant_and_keep_the_record(tmp_path, playbook):
     assert r["phases"]["install"]["finished"] == f["started"]
     assert f["phase"] == "done" and f["end"] == f["start"]
     assert "start" in (tmp_path / "facts.json.bad").read_text()
+
+
+GHOST = """
+- hosts: ghost
+  gather_facts: false
+  vars:
+    _driver_upgrade_result: {status: running}
+  tasks:
+    - name: The boundary into reload checks the host
+      block:
+        - name: Close install
+          npuops.fleet.npu_phase:
+            result: "{{ _driver_upgrade_result }}"
+            phase: install
+            start: "{{ now(utc=true).timestamp() - 1 }}"
+            next: reload
+            reach_timeout: 3
+            facts: {_driver_upgrade_prepared: true}
+            lease: {}
+          register: reach
+      rescue:
+        - name: Keep what the rescue saw and which facts are set
+          ansible.builtin.copy:
+            content: "{{ {'failed': ansible_failed_result, 'phase': _driver_upgrade_phase | default('unset'),
+                          'prepared': _driver_upgrade_prepared | default('unset')} | to_json }}"
+            dest: "{{ out }}"
+          delegate_to: localhost
+"""
+
+
+@pytest.mark.skipif(not shutil.which("ssh"), reason="needs the ssh client")
+def test_a_host_that_does_not_answer_fails_the_boundary_and_the_new_phase_is_in_the_result(tmp_path, playbook):
+    (tmp_path / "inv").write_text(
+        "ghost ansible_host=127.0.0.1 ansible_port=1 ansible_ssh_common_args='-o ConnectTimeout=2'\n"
+    )
+    out = tmp_path / "rescued.json"
+    proc = playbook(GHOST, "-i", str(tmp_path / "inv"), "-e", "out=%s" % out,
+                    ANSIBLE_HOST_KEY_CHECKING="False", ANSIBLE_SSH_RETRIES="0")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    seen = json.loads(out.read_text())
+    failed = seen["failed"]
+    assert failed["failed"] is True and failed["host_lost"] is True
+    assert failed["msg"].startswith("timed out waiting for ping module test: "), failed["msg"]
+    assert "Connection refused" in failed["msg"] or "port 1" in failed["msg"], failed["msg"]
+    # Ansible sets no facts of a failed task: the boundary's are in the result, for the rescue to take
+    assert (seen["phase"], seen["prepared"]) == ("unset", "unset")
+    facts = failed["ansible_facts"]
+    assert facts["_driver_upgrade_phase"] == "reload" and facts["_driver_upgrade_prepared"] is True
+    assert facts["_driver_upgrade_result"]["phases"]["install"]["finished"] == facts["_driver_upgrade_phase_started"]
+    assert failed["elapsed"] >= 2  # it waited, not failed at the first refusal
