@@ -57,10 +57,26 @@ options:
     type: list
     elements: str
     default: []
+  download:
+    description:
+      - Check mode only - after a simulation that passes, fetch the transaction's .debs into apt's cache
+        (C(apt-get install --download-only), apt's own retries twice) and check that every one is there
+        (in C(/var/cache/apt/archives) at its size, or, from a C(file:) source, at its path), so that an
+        exact version the archive dropped, or a mirror that answers 404, fails here - before any cordon -
+        naming the package, its URL and apt's answer. The install then takes them from apt's cache.
+      - Fills apt's cache only; dpkg's state and the holds are untouched (the task reports no change).
+    type: bool
+    default: false
+  host:
+    description:
+      - The host's name in the download failure's message (the inventory name). Default the host's own name.
+    type: str
 attributes:
   check_mode:
     support: full
-    description: Runs C(apt-get --simulate); the version check is skipped, apt's refusal still fails.
+    description:
+      - Runs C(apt-get --simulate); the version check is skipped, apt's refusal still fails. Lists what the
+        transaction would download (C(--print-uris)); with O(download), fetches it into apt's cache.
   diff_mode:
     support: none
     description: No diff.
@@ -139,6 +155,24 @@ transaction:
   type: dict
   sample: {install: [{name: nvidia-utils-550-server, from: null, to: 550.90.07-0ubuntu1}],
            remove: [{name: nvidia-utils-535-server, version: 535.183.06-0ubuntu1}]}
+downloads:
+  description:
+    - Check mode - the .debs the transaction needs that apt's cache does not hold yet, in apt's order,
+      each C(name), C(version), C(uri), C(file) (its name in apt's cache), C(size) (bytes) and C(hash).
+  returned: in check mode
+  type: list
+  elements: dict
+download_bytes:
+  description: Check mode - the sum of RV(downloads)' sizes, bytes.
+  returned: in check mode
+  type: int
+fetch_failures:
+  description:
+    - With O(download) - what apt could not fetch, each C(name), C(version), C(uri) and C(why) (apt's
+      answer, e.g. C(404  Not Found [IP: 10.0.0.5 80])); the task failed.
+  returned: failure
+  type: list
+  elements: dict
 stdout:
   description: apt-get's standard output.
   returned: always
@@ -150,7 +184,9 @@ stderr:
 """
 
 import os  # noqa: E402
+import socket  # noqa: E402
 import tempfile  # noqa: E402
+from urllib.parse import unquote  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
@@ -162,6 +198,57 @@ ENV = {
     "NEEDRESTART_SUSPEND": "1",
     "LC_ALL": "C",
 }
+ARCHIVES = "/var/cache/apt/archives"
+FETCH_RETRIES = 2
+
+
+def missing_downloads(downloads, archives=None):
+    """The entries of ``downloads`` (:func:`apt_output.parse_print_uris`) apt's cache does not hold:
+    a fetched .deb is ``archives/<file>`` at its size; a ``file:`` source's is used where it lies."""
+    missing = []
+    for d in downloads:
+        if d["uri"].startswith("file:"):
+            present = os.path.isfile(unquote(d["uri"][len("file:"):]))
+        else:
+            path = os.path.join(archives or ARCHIVES, d["file"])
+            present = os.path.isfile(path) and os.path.getsize(path) == d["size"]
+        if not present:
+            missing.append(d)
+    return missing
+
+
+def download(module, argv, host):
+    """Fetch what the transaction ``argv`` (an ``apt-get ... install`` line) needs into apt's cache and
+    check it is all there; fails the module naming each package, URL and apt's answer. Returns
+    ``(downloads, download_bytes)``."""
+    at = argv.index("install")
+    rc, out, err = module.run_command(argv[:at] + ["-qq", "--print-uris"] + argv[at:], environ_update=ENV)
+    downloads = apt_output.parse_print_uris(out) if rc == 0 else []
+    if rc != 0:
+        module.fail_json(msg="apt-get --print-uris failed on %s (rc %s): %s"
+                         % (host, rc, " / ".join(apt_output.failure_lines(out + "\n" + err)) or err.strip()),
+                         changed=False, rc=rc, stdout=out, stderr=err)
+    result = dict(downloads=downloads, download_bytes=sum(d["size"] for d in downloads))
+    if not module.params["download"] or not downloads:
+        return result
+    rc, out, err = module.run_command(
+        argv[:at] + ["--download-only", "-o", "Acquire::Retries=%d" % FETCH_RETRIES] + argv[at:], environ_update=ENV
+    )
+    failures = apt_output.fetch_failures(out + "\n" + err)
+    missing = missing_downloads(downloads)
+    if rc != 0 or failures or missing:
+        failed_uris = {f["uri"] for f in failures}
+        failures += [dict(uri=d["uri"], why="not in apt's cache after the download", name=d["name"],
+                          version=d["version"]) for d in missing if d["uri"] not in failed_uris]
+        what = "; ".join("%s %s from %s: %s" % (f["name"] or "?", f["version"], f["uri"], f["why"]) for f in failures)
+        module.fail_json(
+            msg="cannot download the target packages from the apt sources of %s before any cordon: %s (the host's "
+            "lists may be stale - the archive dropped that version - or the mirror lost the file; refresh the "
+            "lists, check the mirror, then rerun)"
+            % (host, what or " / ".join(apt_output.failure_lines(out + "\n" + err)) or "apt-get rc %s" % rc),
+            changed=False, fetch_failures=failures, rc=rc, stdout=out, stderr=err, **result,
+        )
+    return result
 
 
 def installed(module, names):
@@ -212,6 +299,8 @@ def main():
             lock_timeout=dict(type="int", default=60),
             simulate_release=dict(type="list", elements="str", default=[]),
             remove=dict(type="list", elements="str", default=[]),
+            download=dict(type="bool", default=False),
+            host=dict(type="str"),
         ),
         supports_check_mode=True,
     )
@@ -250,20 +339,24 @@ def main():
     # apt resolves a broken dependency by removing its user (a meta package of the old branch, the
     # other module flavour through Conflicts) and -y accepts that: simulate first, and refuse a
     # transaction that removes anything it does not name, before dpkg touches the host
+    fetched = {}
     try:
         if module.check_mode:
             rc, out, err = module.run_command(argv, environ_update=ENV)
             sim_out = out
         else:
             _sim_rc, sim_out, _sim_err = module.run_command(argv[:1] + ["--simulate"] + argv[1:], environ_update=ENV)
+        unasked = sorted(
+            {r["name"].split(":", 1)[0] for r in apt_output.simulated_transaction(sim_out)["remove"]}
+            - set(removing)
+            - set(p["remove"])
+        )
+        if module.check_mode and rc == 0 and not unasked:
+            # the same transaction, against the same (released) status copy, without --simulate
+            fetched = download(module, [a for a in argv if a != "--simulate"], p["host"] or socket.gethostname())
     finally:
         if status_copy:
             os.unlink(status_copy)
-    unasked = sorted(
-        {r["name"].split(":", 1)[0] for r in apt_output.simulated_transaction(sim_out)["remove"]}
-        - set(removing)
-        - set(p["remove"])
-    )
     if unasked:
         module.fail_json(
             msg="apt would also remove %s, which this transaction does not name (a dependency of the old "
@@ -305,6 +398,7 @@ def main():
     )
     if module.check_mode:
         result["transaction"] = apt_output.simulated_transaction(out)
+        result.update(fetched)
     if not judged["ok"]:
         module.fail_json(msg=judged["msg"], **result)
     module.exit_json(**result)

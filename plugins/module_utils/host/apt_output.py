@@ -11,7 +11,9 @@
 * :func:`parse_dpkg_l`, :func:`interrupted_state` - ``dpkg -l`` rows and states other than ``ii``;
 * :func:`dpkg_failed_packages` - packages dpkg could not configure;
 * :func:`parse_apt_list`, :func:`parse_dpkg_actions`, :func:`branch_drift` - transitional packages: the
-  branch in a package name is not its version.
+  branch in a package name is not its version;
+* :func:`parse_print_uris`, :func:`fetch_failures` - what a transaction would download, and what apt could
+  not (``--print-uris``, ``E: Failed to fetch``).
 """
 
 from __future__ import annotations
@@ -464,3 +466,46 @@ def offered_at(versions: Iterable[str], upstream: str) -> Optional[str]:
     550.90.07, ``550.90.07.1-1`` and ``550.90.070-1`` are not. None when none is."""
     rx = re.compile(r"^([0-9]+:)?" + re.escape(upstream) + r"(-[^-]+)?$")
     return next((v for v in versions if rx.match(v)), None)
+
+
+# apt-get install --print-uris: one quoted URI, the file name in apt's cache, its size in bytes and
+# its hash, per .deb the transaction needs that apt's cache does not hold yet
+_PRINT_URI_RE = re.compile(r"^'(?P<uri>[^']+)' (?P<file>\S+) (?P<size>\d+) (?P<hash>\S+)\s*$")
+# E: Failed to fetch URI  STATUS TEXT [IP: ...] - what apt-get prints per .deb it could not download
+_FETCH_FAILED_RE = re.compile(r"^E: Failed to fetch (?P<uri>\S+)\s+(?P<why>.*?)\s*$")
+
+
+def deb_name_version(file_name: str) -> tuple[str, str]:
+    """``(name, version)`` of a .deb as apt names it in its cache: ``NAME_VERSION_ARCH.deb`` with the
+    epoch's colon written ``%3a`` (``bsdutils_1%3a2.38.1-5_amd64.deb`` -> ``("bsdutils", "1:2.38.1-5")``)."""
+    base = file_name.rsplit("/", 1)[-1]
+    parts = base[:-4].split("_") if base.endswith(".deb") else [base]
+    return parts[0], (parts[1].replace("%3a", ":").replace("%3A", ":") if len(parts) > 1 else "")
+
+
+def parse_print_uris(text: str) -> list[dict[str, Any]]:
+    """The .debs ``apt-get install --print-uris`` says it would fetch, in its order:
+    ``[{"uri", "file", "size" (bytes, int), "hash" ("SHA256:..." or "MD5Sum:..."), "name", "version"}]``.
+    Other lines (apt's own chatter without ``-qq``) are ignored."""
+    out = []
+    for line in text.splitlines():
+        m = _PRINT_URI_RE.match(line.strip())
+        if m:
+            name, version = deb_name_version(m.group("file"))
+            out.append(dict(uri=m.group("uri"), file=m.group("file"), size=int(m.group("size")),
+                            hash=m.group("hash"), name=name, version=version))
+    return out
+
+
+def fetch_failures(text: str) -> list[dict[str, str]]:
+    """The .debs (or lists) apt-get could not download: ``E: Failed to fetch URI  404  Not Found
+    [IP: ...]`` -> ``[{"uri", "why" ("404  Not Found [IP: ...]"), "name", "version"}]`` (name and
+    version from a .deb's file name; empty for an index file)."""
+    out = []
+    for line in text.splitlines():
+        m = _FETCH_FAILED_RE.match(line.strip())
+        if m:
+            uri = m.group("uri")
+            name, version = deb_name_version(uri) if uri.endswith(".deb") else ("", "")
+            out.append(dict(uri=uri, why=" ".join(m.group("why").split()), name=name, version=version))
+    return out

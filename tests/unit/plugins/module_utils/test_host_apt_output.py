@@ -248,3 +248,46 @@ def test_release_holds_in_a_copy_of_dpkg_status():
     assert out.splitlines()[1] == "Status: install ok installed"  # released
     assert out.splitlines()[5] == "Status: hold ok installed"      # the kernel stays held
     assert out.count("\n") == status.count("\n")
+
+
+# apt-get install --print-uris -qq on a lab host (apt 2.6.1), one source served over HTTP
+PRINT_URIS = """'http://127.0.0.1:8080/pool/libnvidia-common-550-server_550.90.07-0ubuntu1_all.deb' libnvidia-common-550-server_550.90.07-0ubuntu1_all.deb 862 MD5Sum:4e3cc77a9a54b17dc1fe4910f36e4771
+'http://127.0.0.1:8080/pool/libnvidia-compute-550-server_550.90.07-0ubuntu1_amd64.deb' libnvidia-compute-550-server_550.90.07-0ubuntu1_amd64.deb 1044 MD5Sum:26e1ad076e92c9b6691ff07d9cc10cf1
+'http://deb.debian.org/debian/pool/main/u/util-linux/bsdutils_1%3a2.38.1-5+deb12u3_amd64.deb' bsdutils_1%3a2.38.1-5+deb12u3_amd64.deb 94412 SHA256:0a1b2c
+"""  # noqa: E501
+
+# apt-get install --download-only when the mirror lost one .deb (same host, same apt)
+FETCH_404 = """Get:1 http://127.0.0.1:8080 jammy/main amd64 libnvidia-common-550-server all 550.90.07-0ubuntu1 [862 B]
+Get:2 http://127.0.0.1:8080 jammy/main amd64 libnvidia-compute-550-server amd64 550.90.07-0ubuntu1 [1044 B]
+Err:3 http://127.0.0.1:8080 jammy/main amd64 nvidia-utils-550-server amd64 550.90.07-0ubuntu1
+  404  File not found [IP: 127.0.0.1 8080]
+Fetched 1906 B in 0s (0 B/s)
+E: Failed to fetch http://127.0.0.1:8080/pool/nvidia-utils-550-server_550.90.07-0ubuntu1_amd64.deb  404  File not found [IP: 127.0.0.1 8080]
+E: Some files failed to download
+"""  # noqa: E501
+
+
+def test_print_uris_lists_each_deb_with_its_size_name_and_version():
+    rows = apt_output.parse_print_uris("Reading package lists...\n" + PRINT_URIS)
+    assert [(r["name"], r["version"], r["size"]) for r in rows] == [
+        ("libnvidia-common-550-server", "550.90.07-0ubuntu1", 862),
+        ("libnvidia-compute-550-server", "550.90.07-0ubuntu1", 1044),
+        ("bsdutils", "1:2.38.1-5+deb12u3", 94412),  # the epoch's colon, as apt writes it in a file name
+    ]
+    assert rows[0]["uri"] == "http://127.0.0.1:8080/pool/libnvidia-common-550-server_550.90.07-0ubuntu1_all.deb"
+    assert rows[2]["file"] == "bsdutils_1%3a2.38.1-5+deb12u3_amd64.deb" and rows[2]["hash"] == "SHA256:0a1b2c"
+    assert apt_output.parse_print_uris("") == []
+
+
+def test_fetch_failures_name_the_package_its_url_and_the_mirrors_answer():
+    assert apt_output.fetch_failures(FETCH_404) == [{
+        "uri": "http://127.0.0.1:8080/pool/nvidia-utils-550-server_550.90.07-0ubuntu1_amd64.deb",
+        "why": "404 File not found [IP: 127.0.0.1 8080]",
+        "name": "nvidia-utils-550-server",
+        "version": "550.90.07-0ubuntu1",
+    }]
+    # a list that failed is named by its URL (no package)
+    lists = ("E: Failed to fetch file:/srv/r/dists/lab/main/binary-amd64/Packages"
+             "  File not found - /srv/r/x (2: No such file)")
+    assert [(f["name"], f["uri"]) for f in apt_output.fetch_failures(lists)] == [
+        ("", "file:/srv/r/dists/lab/main/binary-amd64/Packages")]

@@ -98,3 +98,98 @@ def test_a_foreign_architecture_copy_is_removed_too(monkeypatch, capsys):
         "libnvidia-tesla-470-cfg1:i386-",
     ], apt
     assert "unasked_removals" not in res
+
+
+NEW = {"nvidia-utils-550-server": "550.90.07-0ubuntu1", "libnvidia-compute-550-server": "550.90.07-0ubuntu1"}
+SIM_NEW = """Inst libnvidia-compute-550-server (550.90.07-0ubuntu1 NpuopsLab:jammy [amd64])
+Inst nvidia-utils-550-server (550.90.07-0ubuntu1 NpuopsLab:jammy [amd64])
+"""
+URIS = """'http://mirror.example/pool/libnvidia-compute-550-server_550.90.07-0ubuntu1_amd64.deb' libnvidia-compute-550-server_550.90.07-0ubuntu1_amd64.deb 1044 MD5Sum:26e1
+'http://mirror.example/pool/nvidia-utils-550-server_550.90.07-0ubuntu1_amd64.deb' nvidia-utils-550-server_550.90.07-0ubuntu1_amd64.deb 3690 MD5Sum:1f9c
+"""  # noqa: E501
+GOT_404 = """Get:1 http://mirror.example jammy/main amd64 libnvidia-compute-550-server amd64 550.90.07-0ubuntu1 [1044 B]
+Err:2 http://mirror.example jammy/main amd64 nvidia-utils-550-server amd64 550.90.07-0ubuntu1
+  404  Not Found [IP: 10.0.0.5 80]
+E: Failed to fetch http://mirror.example/pool/nvidia-utils-550-server_550.90.07-0ubuntu1_amd64.deb  404  Not Found [IP: 10.0.0.5 80]
+E: Some files failed to download
+"""  # noqa: E501
+
+
+def fetching(monkeypatch, capsys, tmp_path, args, download_rc, download_out, lands):
+    """npu_apt_install in check mode against a fake apt whose --download-only writes ``lands`` into a
+    temporary apt cache (file name -> bytes)."""
+    calls = []
+    monkeypatch.setattr(mod, "ARCHIVES", str(tmp_path))
+
+    def run_command(self, argv, **kw):
+        calls.append(argv)
+        if argv[0].endswith("dpkg-query"):
+            return 0, "", ""
+        if "--print-uris" in argv:
+            return 0, URIS, ""
+        if "--download-only" in argv:
+            for name, size in lands.items():
+                (tmp_path / name).write_bytes(b"x" * size)
+            return download_rc, download_out, ""
+        if "--simulate" in argv:
+            return 0, SIM_NEW, ""
+        raise AssertionError("unexpected call %s" % argv)
+
+    monkeypatch.setattr(AnsibleModule, "run_command", run_command)
+    monkeypatch.setattr(
+        AnsibleModule, "get_bin_path", lambda self, name, required=False, opt_dirs=None: "/usr/bin/" + name
+    )
+    with patch_module_args(dict(args, _ansible_check_mode=True)):
+        with pytest.raises(SystemExit):
+            mod.main()
+    return json.loads(capsys.readouterr().out), [c for c in calls if c[0].endswith("apt-get")]
+
+
+def test_a_deb_the_mirror_lost_fails_the_preflight_naming_package_url_and_answer(monkeypatch, capsys, tmp_path):
+    res, apt = fetching(monkeypatch, capsys, tmp_path, {"packages": NEW, "download": True, "host": "gpu-7"}, 100,
+                        GOT_404, {"libnvidia-compute-550-server_550.90.07-0ubuntu1_amd64.deb": 1044})
+    assert res["failed"] is True and res["changed"] is False
+    assert res["msg"].startswith(
+        "cannot download the target packages from the apt sources of gpu-7 before any cordon: "
+        "nvidia-utils-550-server 550.90.07-0ubuntu1 from http://mirror.example/pool/"
+        "nvidia-utils-550-server_550.90.07-0ubuntu1_amd64.deb: 404 Not Found [IP: 10.0.0.5 80]"
+    ), res["msg"]
+    assert [f["name"] for f in res["fetch_failures"]] == ["nvidia-utils-550-server"]
+    assert res["download_bytes"] == 1044 + 3690
+    # simulated, listed, fetched into apt's cache - never installed
+    assert ["--simulate" in a for a in apt] == [True, False, False]
+    assert "--print-uris" in apt[1] and "--download-only" in apt[2] and "Acquire::Retries=2" in apt[2]
+    assert all(a[-2:] == apt[0][-2:] for a in apt)  # the same transaction each time
+
+
+def test_a_download_that_exits_0_but_leaves_a_deb_short_still_fails(monkeypatch, capsys, tmp_path):
+    res, _apt = fetching(monkeypatch, capsys, tmp_path, {"packages": NEW, "download": True}, 0, "",
+                         {"libnvidia-compute-550-server_550.90.07-0ubuntu1_amd64.deb": 1044,
+                          "nvidia-utils-550-server_550.90.07-0ubuntu1_amd64.deb": 100})
+    assert res["failed"] is True
+    assert [(f["name"], f["why"]) for f in res["fetch_failures"]] == [
+        ("nvidia-utils-550-server", "not in apt's cache after the download")]
+
+
+def test_fetched_debs_pass_and_a_plan_only_lists_them(monkeypatch, capsys, tmp_path):
+    lands = {"libnvidia-compute-550-server_550.90.07-0ubuntu1_amd64.deb": 1044,
+             "nvidia-utils-550-server_550.90.07-0ubuntu1_amd64.deb": 3690}
+    res, apt = fetching(monkeypatch, capsys, tmp_path, {"packages": NEW, "download": True}, 0, "", lands)
+    assert not res.get("failed") and res["changed"] is True  # the transaction would change; the cache is no change
+    assert [d["name"] for d in res["downloads"]] == ["libnvidia-compute-550-server", "nvidia-utils-550-server"]
+    assert res["download_bytes"] == 4734 and len(apt) == 3
+    plan_cache = tmp_path / "plan"
+    plan_cache.mkdir()
+    res, apt = fetching(monkeypatch, capsys, plan_cache, {"packages": NEW}, 0, "", {})
+    assert not res.get("failed") and res["download_bytes"] == 4734
+    assert not any("--download-only" in a for a in apt) and not list(plan_cache.iterdir())
+
+
+def test_debs_from_a_file_source_are_used_where_they_lie(tmp_path):
+    deb = tmp_path / "repo" / "pool" / "x_1.0_amd64.deb"
+    deb.parent.mkdir(parents=True)
+    deb.write_bytes(b"deb")
+    rows = [{"uri": "file:%s" % deb, "file": deb.name, "size": 3, "name": "x", "version": "1.0"},
+            {"uri": "file:%s" % (deb.parent / "y_1.0_amd64.deb"), "file": "y_1.0_amd64.deb", "size": 3,
+             "name": "y", "version": "1.0"}]
+    assert [d["name"] for d in mod.missing_downloads(rows, archives=str(tmp_path / "empty"))] == ["y"]
