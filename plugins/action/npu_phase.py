@@ -84,7 +84,7 @@ def renew(lease: dict[str, Any]) -> dict[str, Any] | None:
 
     name, namespace = lease.get("name") or DEFAULT_NAME, lease.get("namespace") or DEFAULT_NAMESPACE
     try:
-        client, _ = get_api_client_and_source({"kubeconfig": lease.get("kubeconfig"), "context": lease.get("context")})
+        client, _auth = get_api_client_and_source({"kubeconfig": lease.get("kubeconfig"), "context": lease.get("context")})
         LeaseManager(client, namespace, name, labels={"app.kubernetes.io/managed-by": "npuops.fleet"}).acquire(
             lease["holder"], int(lease["ttl"]), renew_only=True
         )

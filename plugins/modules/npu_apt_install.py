@@ -169,7 +169,7 @@ download_bytes:
 fetch_failures:
   description:
     - With O(download) - what apt could not fetch, each C(name), C(version), C(uri) and C(why) (apt's
-      answer, e.g. C(404  Not Found [IP: 10.0.0.5 80])); the task failed.
+      answer, such as C(404  Not Found) and the address it asked); the task failed.
   returned: failure
   type: list
   elements: dict
