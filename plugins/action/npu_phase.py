@@ -7,21 +7,27 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import importlib.util
 import os
-import tempfile
+import sys
 import time
 from typing import Any
 
+from ansible import constants as C
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase, VariableLayer
 
+DEFAULT_LEASE_NAME = "npuops-fleet-maintenance-window"
+DEFAULT_LEASE_NAMESPACE = "kube-system"
+
 LEASE_SPEC = {
-    "name": {"type": "str"},
-    "namespace": {"type": "str"},
+    "name": {"type": "str", "default": DEFAULT_LEASE_NAME},
+    "namespace": {"type": "str", "default": DEFAULT_LEASE_NAMESPACE},
     "holder": {"type": "str", "required": True},
-    "ttl": {"type": "int", "default": 1800},
+    "ttl": {"type": "int", "default": 3600},
     "renewed_at": {"type": "float", "default": 0.0},
+    "stamp": {"type": "path"},
     "kubeconfig": {"type": "path"},
     "context": {"type": "str"},
 }
@@ -53,38 +59,49 @@ def boundary(
 
 
 def renewal_stamp(lease: dict[str, Any]) -> str:
-    """The control node's file whose mtime says when one of its hosts last renewed this Lease (the
-    hosts run in separate worker processes; a file is what they share)."""
-    key = "%s/%s/%s" % (lease.get("namespace") or "", lease.get("name") or "", lease["holder"])
-    return os.path.join(tempfile.gettempdir(), "npuops-lease-%s" % hashlib.sha256(key.encode()).hexdigest()[:16])
+    """The file whose mtime says when a host of this control node last renewed this Lease: the window's
+    (``stamp``, in its run folder), else one in this ansible-playbook process's own temporary folder,
+    shared by its forked workers and removed at its exit, named after the cluster and the Lease."""
+    if lease.get("stamp"):
+        return lease["stamp"]
+    key = "\0".join(str(lease.get(k) or "") for k in ("kubeconfig", "context", "namespace", "name", "holder"))
+    return os.path.join(C.DEFAULT_LOCAL_TMP, "npuops-lease-%s" % hashlib.sha256(key.encode()).hexdigest()[:16])
+
+
+def last_renewal(lease: dict[str, Any]) -> float:
+    """Epoch seconds of the last renewal known here: the later of ``renewed_at`` and the stamp's mtime."""
+    try:
+        return max(float(lease.get("renewed_at") or 0), os.stat(renewal_stamp(lease)).st_mtime)
+    except OSError:
+        return float(lease.get("renewed_at") or 0)
 
 
 def renewal_due(lease: dict[str, Any], now: float) -> bool:
-    """A third of the TTL since the last renewal known here (the window's own, passed as
-    ``renewed_at``, or any host's on this control node): the window sizes the TTL so that the
+    """A third of the TTL since the last renewal known here: the window sizes the TTL so that the
     longest wait between two boundaries still fits after a renewal skipped as recent."""
-    try:
-        last = max(float(lease.get("renewed_at") or 0), os.stat(renewal_stamp(lease)).st_mtime)
-    except OSError:
-        last = float(lease.get("renewed_at") or 0)
-    return now - last >= int(lease["ttl"]) / 3
+    return now - last_renewal(lease) >= int(lease["ttl"]) / 3
+
+
+def client_missing() -> str | None:
+    """Why ansible-core's own Python cannot renew the Lease (it runs the renewal, not a module), or None."""
+    if importlib.util.find_spec("kubernetes") is None:
+        return ("the run's Lease is renewed at phase boundaries by the control node's ansible-core Python (%s), "
+                "which has no kubernetes client: install it there (pip install kubernetes) or use the "
+                "execution environment" % sys.executable)
+    return None
 
 
 def renew(lease: dict[str, Any]) -> dict[str, Any] | None:
     """Renew the run's Lease as npu_upgrade_lease's ``renew_only`` does; None when renewed, else the
     failure (``msg``, and ``operation: lost`` / ``lease_lost`` when the Lease is gone or another's)."""
-    # imported here: only a host that renews pays for the kubernetes client
+    # imported here: only a boundary that renews pays for the kubernetes client
     from ansible_collections.npuops.fleet.plugins.module_utils.k8s_client import get_api_client_and_source
-    from ansible_collections.npuops.fleet.plugins.module_utils.lease import (
-        DEFAULT_NAME,
-        DEFAULT_NAMESPACE,
-        LeaseLostError,
-        LeaseManager,
-    )
+    from ansible_collections.npuops.fleet.plugins.module_utils.lease import LeaseLostError, LeaseManager
 
-    name, namespace = lease.get("name") or DEFAULT_NAME, lease.get("namespace") or DEFAULT_NAMESPACE
+    name, namespace = lease["name"], lease["namespace"]
     try:
-        client, _auth = get_api_client_and_source({"kubeconfig": lease.get("kubeconfig"), "context": lease.get("context")})
+        auth = {"kubeconfig": lease.get("kubeconfig"), "context": lease.get("context")}
+        client, _auth = get_api_client_and_source(auth)
         LeaseManager(client, namespace, name, labels={"app.kubernetes.io/managed-by": "npuops.fleet"}).acquire(
             lease["holder"], int(lease["ttl"]), renew_only=True
         )
@@ -94,9 +111,12 @@ def renew(lease: dict[str, Any]) -> dict[str, Any] | None:
         status = getattr(exc, "status", None)
         return {"msg": "lease %s/%s: %s%s" % (namespace, name, "HTTP %s " % status if status else "",
                                               getattr(exc, "reason", None) or exc)}
-    with open(renewal_stamp(lease), "a"):
+    try:  # the renewal is made; a stamp that cannot be written only costs an early renewal elsewhere
+        fd = os.open(renewal_stamp(lease), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        os.close(fd)
+        os.utime(renewal_stamp(lease))
+    except OSError:
         pass
-    os.utime(renewal_stamp(lease))
     return None
 
 
@@ -127,24 +147,38 @@ class ActionModule(ActionBase):
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         task_vars = task_vars or {}
         res = super().run(tmp, task_vars)
+        try:
+            return self._boundary(res, task_vars)
+        except Exception as exc:  # bad arguments, a broken stamp: a failure, never a lost host
+            res.update(failed=True, changed=False, host_lost=False,
+                       msg=exc.message if isinstance(exc, AnsibleActionFail) else "npu_phase: %s" % exc)
+            return res
+
+    def _boundary(self, res: dict[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
         checked = ArgumentSpecValidator(SPEC).validate(self._task.args)
         if checked.error_messages:
             raise AnsibleActionFail("npu_phase: %s" % "; ".join(checked.error_messages))
         a = checked.validated_parameters
-        now = time.time()
         lease = None
         if a["lease"]:  # {} or null: no run Lease to renew
             lease_checked = ArgumentSpecValidator(LEASE_SPEC).validate(a["lease"])
             if lease_checked.error_messages:
                 raise AnsibleActionFail("npu_phase: lease: %s" % "; ".join(lease_checked.error_messages))
             lease = lease_checked.validated_parameters
-        # in check mode the Lease is left as it is (npu_upgrade_lease would only preview the renewal)
-        if lease and not self._task.check_mode and renewal_due(lease, now):
+            if lease["ttl"] < 1:
+                raise AnsibleActionFail("npu_phase: lease: ttl must be >= 1 second, got %d" % lease["ttl"])
+            # said at the first boundary (the preflight's), not at the first renewal after a cordon
+            missing = client_missing()
+            if missing:
+                raise AnsibleActionFail(missing)
+        # No renewal into `done`: the host's upgrade is over (a failed renewal there must not fail a
+        # finished node), and in check mode the Lease is left as it is, as npu_upgrade_lease would.
+        if lease and a["next"] != "done" and not self._task.check_mode and renewal_due(lease, time.time()):
             failure = renew(lease)
             if failure:  # the phase stays open: the rescue records the failure in it
                 res.update(failed=True, changed=False, host_lost=False, **failure)
                 return res
-        b = boundary(a["result"], a["phase"], a["start"], a["started"], a["next"], now)
+        b = boundary(a["result"], a["phase"], a["start"], a["started"], a["next"], time.time())
         facts = {a["prefix"] + k: v for k, v in b.items()}
         facts.update(a["facts"])
         # as set_fact sets them: host variables of this run, not cached facts
@@ -157,5 +191,8 @@ class ActionModule(ActionBase):
             res["elapsed"] = round(time.monotonic() - started, 1)
             if error is not None:
                 res.update(failed=True, host_lost=True, msg="timed out waiting for ping module test: %s" % error)
-            self._remove_tmp_path(self._connection._shell.tmpdir)
+            try:
+                self._remove_tmp_path(self._connection._shell.tmpdir)
+            except Exception:  # a host lost after the ping made its folder: the failure above says so
+                pass
         return res

@@ -61,12 +61,21 @@ options:
     description:
       - Check mode only - after a simulation that passes, fetch the transaction's .debs into apt's cache
         (C(apt-get install --download-only), apt's own retries twice) and check that every one is there
-        (in C(/var/cache/apt/archives) at its size, or, from a C(file:) source, at its path), so that an
+        (in C(/var/cache/apt/archives) at its size, or, from a C(file:) source, at its path), after waiting up to
+        O(lock_timeout) for apt's archives lock (an C(apt-daily) download), so that an
         exact version the archive dropped, or a mirror that answers 404, fails here - before any cordon -
         naming the package, its URL and apt's answer. The install then takes them from apt's cache.
       - Fills apt's cache only; dpkg's state and the holds are untouched (the task reports no change).
     type: bool
     default: false
+  download_min_free:
+    description:
+      - With O(download) - percent of the filesystem of apt's cache that must stay free after the fetch; less
+        fails the task before fetching anything. Default 15, the kubelet's default hard eviction threshold for
+        C(imagefs.available) (its C(nodefs.available) is 10), since that filesystem often holds the container
+        runtime's and the kubelet's data too.
+    type: int
+    default: 15
   host:
     description:
       - The host's name in the download failure's message (the inventory name). Default the host's own name.
@@ -184,13 +193,14 @@ stderr:
 """
 
 import os  # noqa: E402
+import shutil  # noqa: E402
 import socket  # noqa: E402
 import tempfile  # noqa: E402
 from urllib.parse import unquote  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.npuops.fleet.plugins.module_utils.host import apt_output  # noqa: E402
+from ansible_collections.npuops.fleet.plugins.module_utils.host import apt_output, dpkg_lock  # noqa: E402
 
 ENV = {
     "DEBIAN_FRONTEND": "noninteractive",
@@ -217,35 +227,66 @@ def missing_downloads(downloads, archives=None):
     return missing
 
 
+def free_after(path, size):
+    """``(free bytes after ``size`` more, the filesystem's size)`` for the filesystem holding ``path``."""
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize - size, st.f_blocks * st.f_frsize
+
+
 def download(module, argv, host):
     """Fetch what the transaction ``argv`` (an ``apt-get ... install`` line) needs into apt's cache and
     check it is all there; fails the module naming each package, URL and apt's answer. Returns
-    ``(downloads, download_bytes)``."""
+    ``{"downloads", "download_bytes"}``."""
     at = argv.index("install")
     rc, out, err = module.run_command(argv[:at] + ["-qq", "--print-uris"] + argv[at:], environ_update=ENV)
-    downloads = apt_output.parse_print_uris(out) if rc == 0 else []
     if rc != 0:
         module.fail_json(msg="apt-get --print-uris failed on %s (rc %s): %s"
                          % (host, rc, " / ".join(apt_output.failure_lines(out + "\n" + err)) or err.strip()),
                          changed=False, rc=rc, stdout=out, stderr=err)
+    downloads = apt_output.parse_print_uris(out)
     result = dict(downloads=downloads, download_bytes=sum(d["size"] for d in downloads))
     if not module.params["download"] or not downloads:
         return result
+    # /var usually holds the container runtime's and the kubelet's data too: a fetch that leaves less
+    # than this free would get the node's pods evicted (kubelet's DiskPressure) before any cordon
+    left, total = free_after(ARCHIVES if os.path.isdir(ARCHIVES) else "/", result["download_bytes"])
+    floor = total * module.params["download_min_free"] / 100.0
+    if left < floor:
+        module.fail_json(
+            msg="not fetching the target packages on %s: %d MiB would leave %d MiB free on the filesystem of %s, "
+            "under download_min_free=%d%% of it (%d MiB; the kubelet evicts pods when its filesystems run low): "
+            "free space there first" % (host, result["download_bytes"] >> 20, max(left, 0) >> 20, ARCHIVES,
+                                        module.params["download_min_free"], int(floor) >> 20),
+            changed=False, **result,
+        )
+    # apt-daily's download holds apt's archives lock, which DPkg::Lock::Timeout does not wait for
+    lock = dpkg_lock.wait_for_locks([dpkg_lock.ARCHIVES_LOCK], module.params["lock_timeout"], 1.0)
+    if not lock["free"]:
+        module.fail_json(msg=dpkg_lock.timeout_message(lock["holders"], lock["waited"], module.params["lock_timeout"]),
+                         changed=False, **result)
     rc, out, err = module.run_command(
         argv[:at] + ["--download-only", "-o", "Acquire::Retries=%d" % FETCH_RETRIES] + argv[at:], environ_update=ENV
     )
-    failures = apt_output.fetch_failures(out + "\n" + err)
+    parsed = apt_output.fetch_failures(out + "\n" + err)
     missing = missing_downloads(downloads)
-    if rc != 0 or failures or missing:
-        failed_uris = {f["uri"] for f in failures}
-        failures += [dict(uri=d["uri"], why="not in apt's cache after the download", name=d["name"],
-                          version=d["version"]) for d in missing if d["uri"] not in failed_uris]
-        what = "; ".join("%s %s from %s: %s" % (f["name"] or "?", f["version"], f["uri"], f["why"]) for f in failures)
+    if rc != 0 or parsed or missing:
+        failed_uris = {unquote(f["uri"]) for f in parsed}
+        absent = [dict(uri=d["uri"], why="not in apt's cache after the download", name=d["name"],
+                       version=d["version"]) for d in missing if unquote(d["uri"]) not in failed_uris]
+        failures = parsed + absent
+        if parsed:
+            what = "; ".join("%s %s from %s: %s" % (f["name"] or "?", f["version"], f["uri"], f["why"])
+                             for f in failures)
+        else:  # apt stopped before fetching (a lock, a full disk, its own error): its words first
+            words = " / ".join(apt_output.failure_lines(out + "\n" + err))
+            gone = ", ".join("%s %s" % (f["name"], f["version"]) for f in absent)
+            what = "; ".join(w for w in (words, gone and gone + " not in apt's cache after the download") if w)
+            what = what or "apt-get exited %s" % rc
+        lost = any(f["why"].startswith("404") for f in failures)
         module.fail_json(
-            msg="cannot download the target packages from the apt sources of %s before any cordon: %s (the host's "
-            "lists may be stale - the archive dropped that version - or the mirror lost the file; refresh the "
-            "lists, check the mirror, then rerun)"
-            % (host, what or " / ".join(apt_output.failure_lines(out + "\n" + err)) or "apt-get rc %s" % rc),
+            msg="cannot download the target packages from the apt sources of %s before any cordon: %s%s"
+            % (host, what, " (the archive dropped that version since the host's lists were written, or the mirror "
+               "lost the file: refresh the lists, check the mirror, then rerun)" if lost else ""),
             changed=False, fetch_failures=failures, rc=rc, stdout=out, stderr=err, **result,
         )
     return result
@@ -279,14 +320,15 @@ def versions(module, names):
 
 
 def released_status(module, names, status="/var/lib/dpkg/status"):
-    """Path of a temporary copy of dpkg's status with ``names`` no longer held (the caller removes it)."""
+    """Path of a copy of dpkg's status with ``names`` no longer held, alone in a private temporary
+    folder (apt takes its lock files beside the status it is given; the caller removes the folder)."""
     try:
         with open(status) as f:
             text = f.read()
     except OSError as exc:
         module.fail_json(msg="cannot read %s for the simulation: %s" % (status, exc))
-    fd, path = tempfile.mkstemp(prefix="npuops-dpkg-status.")
-    with os.fdopen(fd, "w") as f:
+    path = os.path.join(tempfile.mkdtemp(prefix="npuops-dpkg-status."), "status")
+    with open(path, "w") as f:
         f.write(apt_output.release_holds_in_status(text, names))
     return path
 
@@ -300,6 +342,7 @@ def main():
             simulate_release=dict(type="list", elements="str", default=[]),
             remove=dict(type="list", elements="str", default=[]),
             download=dict(type="bool", default=False),
+            download_min_free=dict(type="int", default=15),
             host=dict(type="str"),
         ),
         supports_check_mode=True,
@@ -356,7 +399,7 @@ def main():
             fetched = download(module, [a for a in argv if a != "--simulate"], p["host"] or socket.gethostname())
     finally:
         if status_copy:
-            os.unlink(status_copy)
+            shutil.rmtree(os.path.dirname(status_copy), ignore_errors=True)
     if unasked:
         module.fail_json(
             msg="apt would also remove %s, which this transaction does not name (a dependency of the old "

@@ -226,6 +226,11 @@ options:
             the 2/3-of-TTL give-up deadline counts from then, but from at most a third of the TTL before this
             call (renewals made inside other calls' waits are not known to the caller). Unset - from this call's start.
         type: float
+      stamp:
+        description:
+          - A file on the control node whose modification time is the last renewal of the Lease at a phase
+            boundary (M(npuops.fleet.npu_phase)); the later of it and O(run_lease.renewed_at) counts.
+        type: path
 attributes:
   check_mode:
     support: full
@@ -404,6 +409,7 @@ lease_lost:
   type: bool
 """
 
+import os  # noqa: E402
 import re  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
@@ -479,6 +485,7 @@ def main():
                 holder=dict(type="str", required=True),
                 ttl=dict(type="int", default=900),
                 renewed_at=dict(type="float"),
+                stamp=dict(type="path"),
             ),
         ),
     )
@@ -527,7 +534,13 @@ def main():
                              node=p["node"])
         # At most a third of the TTL: renewals a module made in its own waits are not known here, and a
         # first transient error must not end a call that starts right after a long in-module wait.
-        age = min(max(0.0, time.time() - rl["renewed_at"]), rl["ttl"] / 3.0) if rl.get("renewed_at") else 0.0
+        renewed_at = rl.get("renewed_at") or 0.0
+        if rl.get("stamp"):  # a phase boundary's renewal (npu_phase) since the caller's
+            try:
+                renewed_at = max(renewed_at, os.stat(rl["stamp"]).st_mtime)
+            except OSError:
+                pass
+        age = min(max(0.0, time.time() - renewed_at), rl["ttl"] / 3.0) if renewed_at else 0.0
         k8s_wait.add_heartbeat(LeaseKeepalive(LeaseManager(api_client, rl["namespace"], rl["name"], budget=10),
                                               rl["holder"], rl["ttl"], renewed_age=age).tick)
 

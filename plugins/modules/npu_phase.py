@@ -16,13 +16,17 @@ description:
     C(phases[phase]) (C(started), C(finished) as UTC RFC 3339 with a Z, C(duration_s)), and returns the
     updated result and the next phase's start as facts named O(prefix) + C(result), C(phase),
     C(phase_start) (epoch seconds), C(phase_started) (RFC 3339) and C(phase_end) (epoch seconds).
-  - Before that, with O(lease), renews the run's Lease when a third of its TTL has passed since the last
-    renewal this control node knows of, as M(npuops.fleet.npu_upgrade_lease) with C(renew_only) does; a Lease
-    gone or held by another run fails the task (C(operation=lost), C(lease_lost=true)) and the phase stays open.
+  - Before that, with O(lease) and O(next) other than C(done), renews the run's Lease when a third of its TTL
+    has passed since the last renewal this control node knows of, as M(npuops.fleet.npu_upgrade_lease) with
+    C(renew_only) does, from ansible-core's own Python (which needs the kubernetes client; checked at every
+    boundary with O(lease), the preflight's included, so a control node without it fails before any cordon).
+    A Lease gone or held by another run fails the task (C(operation=lost), C(lease_lost=true)) and the phase
+    stays open. No renewal into C(done), as a failed renewal must not fail a host whose upgrade is over.
   - After that, with O(reach_timeout) and O(next) other than C(done), waits up to O(reach_timeout) seconds
     for the host to run a module (as M(ansible.builtin.wait_for_connection), every 2 s). A host that does not
-    answer fails the task; as Ansible sets no facts of a failed task, the new phase's facts are then in the
-    result's C(ansible_facts) (the role's rescue takes them from there, so the failure is the next phase's).
+    answer fails the task with C(host_lost=true); as Ansible sets no facts of a failed task, the new phase's
+    facts are then in the result's C(ansible_facts) (the role's rescue takes them from there, so the failure
+    is the next phase's). Any other failure (bad arguments, the renewal) says C(host_lost=false).
 options:
   result:
     description: The host's result record so far (C(_driver_upgrade_result)).
@@ -62,12 +66,15 @@ options:
   lease:
     description:
       - The run's Lease to renew at this boundary when due; C({}) or null renews nothing. Keys as
-        M(npuops.fleet.npu_upgrade_lease) takes them (C(name), C(namespace), C(holder), C(ttl) in seconds,
-        default 1800, C(kubeconfig), C(context); the client also honours C(KUBECONFIG)), plus C(renewed_at),
-        epoch seconds of the window's own last renewal.
-      - Due when a third of C(ttl) has passed since the later of C(renewed_at) and the last renewal by any
-        host of this control node (a file in the control node's temporary folder, named after the Lease and
-        the holder, whose modification time says when). Not renewed in check mode.
+        M(npuops.fleet.npu_upgrade_lease) takes them - C(name) (default C(npuops-fleet-maintenance-window)),
+        C(namespace) (default C(kube-system)), C(holder) (required), C(ttl) (seconds written as the Lease's
+        C(leaseDurationSeconds), default 3600 as that module's), C(kubeconfig), C(context) (the client also
+        honours C(K8S_AUTH_KUBECONFIG) and C(KUBECONFIG)) - plus C(renewed_at), epoch seconds of the window's
+        own last renewal, and C(stamp), a file on the control node whose modification time is the last
+        renewal by any host of this run (the maintenance window passes one in its run folder; without it, a
+        file in this ansible-playbook process's temporary folder, named after the cluster and the Lease).
+      - Due when a third of C(ttl) has passed since the later of C(renewed_at) and the stamp. Not renewed in
+        check mode.
     type: dict
 attributes:
   check_mode:
@@ -107,7 +114,7 @@ lease_lost:
   returned: on a failed renewal
   type: bool
 host_lost:
-  description: True when the host did not answer within O(reach_timeout); false when the renewal failed.
+  description: True when the host did not answer within O(reach_timeout); false for any other failure.
   returned: on failure
   type: bool
 ansible_facts:

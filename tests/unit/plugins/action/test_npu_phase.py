@@ -120,3 +120,43 @@ def test_a_host_that_does_not_answer_fails_the_boundary_and_the_new_phase_is_in_
     assert facts["_driver_upgrade_phase"] == "reload" and facts["_driver_upgrade_prepared"] is True
     assert facts["_driver_upgrade_result"]["phases"]["install"]["finished"] == facts["_driver_upgrade_phase_started"]
     assert failed["elapsed"] >= 2  # it waited, not failed at the first refusal
+
+
+BAD_LEASE = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: A boundary whose Lease has no holder
+      npuops.fleet.npu_phase:
+        result: {status: running}
+        phase: install
+        start: "{{ now(utc=true).timestamp() }}"
+        next: reload
+        lease: {name: some-lease, ttl: 30}
+      register: reach
+      ignore_errors: true
+    - name: A boundary whose Lease lasts no time
+      npuops.fleet.npu_phase:
+        result: {status: running}
+        phase: install
+        start: "{{ now(utc=true).timestamp() }}"
+        next: done
+        lease: {holder: run-a, ttl: 0}
+      register: zero
+      ignore_errors: true
+    - name: Keep both
+      ansible.builtin.copy:
+        content: "{{ {'reach': reach, 'zero': zero} | to_json }}"
+        dest: "{{ out }}"
+"""
+
+
+def test_a_bad_lease_fails_the_boundary_without_calling_the_host_lost(tmp_path, playbook):
+    out = tmp_path / "bad.json"
+    proc = playbook(BAD_LEASE, "-c", "local", "-e", "out=%s" % out)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    seen = json.loads(out.read_text())
+    assert seen["reach"]["failed"] is True and seen["reach"]["host_lost"] is False
+    assert "holder" in seen["reach"]["msg"], seen["reach"]["msg"]
+    assert seen["zero"]["failed"] is True and seen["zero"]["host_lost"] is False
+    assert "ttl must be >= 1" in seen["zero"]["msg"], seen["zero"]["msg"]

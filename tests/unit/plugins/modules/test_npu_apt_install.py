@@ -193,3 +193,21 @@ def test_debs_from_a_file_source_are_used_where_they_lie(tmp_path):
             {"uri": "file:%s" % (deb.parent / "y_1.0_amd64.deb"), "file": "y_1.0_amd64.deb", "size": 3,
              "name": "y", "version": "1.0"}]
     assert [d["name"] for d in mod.missing_downloads(rows, archives=str(tmp_path / "empty"))] == ["y"]
+
+
+def test_apt_stopping_before_any_fetch_is_quoted_not_blamed_on_the_mirror(monkeypatch, capsys, tmp_path):
+    busy = "E: Could not get lock /var/cache/apt/archives/lock. It is held by process 4242 (apt-get)\n"
+    res, _apt = fetching(monkeypatch, capsys, tmp_path, {"packages": NEW, "download": True}, 100, busy, {})
+    assert res["failed"] is True
+    assert {f["why"] for f in res["fetch_failures"]} == {"not in apt's cache after the download"}
+    assert res["msg"].startswith("cannot download the target packages from the apt sources of ")
+    assert "before any cordon: E: Could not get lock /var/cache/apt/archives/lock" in res["msg"], res["msg"]
+    assert "mirror" not in res["msg"], res["msg"]
+
+
+def test_a_fetch_that_would_fill_the_disk_is_refused_before_it_starts(monkeypatch, capsys, tmp_path):
+    # 100 MiB filesystem with 15 MiB and 1 KiB free: the 4.6 KiB fetch would leave less than 15 % of it
+    monkeypatch.setattr(mod, "free_after", lambda path, size: ((15 << 20) + 1024 - size, 100 << 20))
+    res, apt = fetching(monkeypatch, capsys, tmp_path, {"packages": NEW, "download": True}, 0, "", {})
+    assert res["failed"] is True and "under download_min_free=15% of it (15 MiB" in res["msg"], res["msg"]
+    assert not any("--download-only" in a for a in apt)
