@@ -5,7 +5,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/build/collections
 export NPUOPS_LAB_DIR ?= /tmp/npuops-lab
 
-.PHONY: bootstrap test unit lint sanity integration faults molecule demo bench lab-up lab-down lab-status build ee clean
+.PHONY: bootstrap test unit lint sanity integration faults molecule demo bench lab-up lab-down lab-status build ee clean docs
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -58,6 +58,11 @@ lab-status:
 # collection), tagged by the hash of its inputs and reused while they are unchanged
 ee: bootstrap
 	@.venv/bin/python ee/build.py
+
+# the docsite (docs/docsite: guides, and a page per module, plugin and role) as HTML in
+# build/docsite/build/html (antsibull-docs + Sphinx, pinned in requirements-docs.txt; warnings fail it)
+docs: bootstrap
+	@scripts/docs.sh
 
 build: bootstrap
 	@mkdir -p build && ansible-galaxy collection build --force --output-path build .
