@@ -26,7 +26,7 @@ sanity: bootstrap
 integration: bootstrap
 	@NPUOPS_IT_ROTATION=1 scripts/test.sh integration
 
-# every fault-injection case on the lab (README, "Fault injection"); CI runs a rotating subset
+# every fault-injection case on the lab (docs/docsite/rst/faults_and_resuming.rst, "Fault injection"); CI runs a rotating subset
 faults: bootstrap
 	@FAULTS_CASES=$${FAULTS_CASES:-all} scripts/test.sh faults
 
@@ -40,7 +40,7 @@ bench: bootstrap
 	@scripts/bench.sh
 
 # the window over a mixed fleet of scratch hosts, batches vs rolling, and one admission decision at
-# 1,000 and 10,000 Nodes (README, "Benchmarks"); results in build/bench/fleet-*.json, admission-snapshot.json
+# 1,000 and 10,000 Nodes (docs/docsite/rst/scale.rst, "Benchmarks"); results in build/bench/fleet-*.json, admission-snapshot.json
 .PHONY: bench-fleet
 bench-fleet: bootstrap
 	@scripts/bench.sh --fleet
