@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,7 @@ def test_getting_started_guide_runs_and_its_timeline_renders(lab_kubeconfig, kub
     reports = REPO / "reports"
     for f in ("latest.json", "latest.md", "latest.svg", "latest-chat.txt"):
         (reports / f).unlink(missing_ok=True)
+    t0 = time.time()
     try:
         out = _run_guide("getting_started", REPO, _env(lab_kubeconfig, kubectl_bin))
         # the second `make demo` of the guide: every host at the target, nothing changed
@@ -68,9 +70,13 @@ def test_getting_started_guide_runs_and_its_timeline_renders(lab_kubeconfig, kub
         assert s["result"] == "ok", s
         assert {h["status"] for h in s["hosts"]} == {"already-at-target"}, s["hosts"]
         assert "upgrade-done" in out
-        # the timeline of the window, as a picture
+        # the first `make demo`: lab-node-1 and lab-npu-0 upgraded; its run directory keeps its timeline
+        runs = [json.loads(p.read_text()) for p in reports.glob("*/summary.json") if p.stat().st_mtime >= t0]
+        (first,) = [r for r in runs if r["result"] == "ok" and any(h["status"] == "upgraded" for h in r["hosts"])]
+        assert {h["host"] for h in first["hosts"] if h["status"] == "upgraded"} == {N1, NPU}, first["hosts"]
+        # that window's timeline, as a picture
         png = OUT / "timeline.png"
-        svg = reports / "latest.svg"
+        svg = reports / first["run_id"] / "timeline.svg"
         assert shutil.which("rsvg-convert"), "rsvg-convert missing (scripts/bootstrap.sh installs librsvg2-bin)"
         subprocess.run(["rsvg-convert", "--background-color=white", "-o", str(png), str(svg)], check=True, timeout=60)
         look = png_summary(png.read_bytes())
