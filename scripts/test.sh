@@ -37,6 +37,8 @@ docs_env() {
 stage_docs_lint() {
   echo "== antsibull-docs lint-collection-docs --plugin-docs (docs/docsite, every module's, plugin's and role's docs)"
   (docs_env && antsibull-docs lint-collection-docs --plugin-docs .)
+  echo "== make docs (the docsite with Sphinx, warnings fail)"
+  scripts/docs.sh
 }
 
 stage_galaxy_import() {
