@@ -5,7 +5,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/build/collections
 export NPUOPS_LAB_DIR ?= /tmp/npuops-lab
 
-.PHONY: bootstrap test unit lint sanity integration faults molecule demo bench lab-up lab-down lab-status build ee clean
+.PHONY: bootstrap test unit lint sanity integration faults molecule demo bench lab-up lab-down lab-status build ee clean docs
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -26,7 +26,7 @@ sanity: bootstrap
 integration: bootstrap
 	@NPUOPS_IT_ROTATION=1 scripts/test.sh integration
 
-# every fault-injection case on the lab (README, "Fault injection"); CI runs a rotating subset
+# every fault-injection case on the lab (docs/docsite/rst/faults_and_resuming.rst, "Fault injection"); CI runs a rotating subset
 faults: bootstrap
 	@FAULTS_CASES=$${FAULTS_CASES:-all} scripts/test.sh faults
 
@@ -40,7 +40,7 @@ bench: bootstrap
 	@scripts/bench.sh
 
 # the window over a mixed fleet of scratch hosts, batches vs rolling, and one admission decision at
-# 1,000 and 10,000 Nodes (README, "Benchmarks"); results in build/bench/fleet-*.json, admission-snapshot.json
+# 1,000 and 10,000 Nodes (docs/docsite/rst/scale.rst, "Benchmarks"); results in build/bench/fleet-*.json, admission-snapshot.json
 .PHONY: bench-fleet
 bench-fleet: bootstrap
 	@scripts/bench.sh --fleet
@@ -58,6 +58,11 @@ lab-status:
 # collection), tagged by the hash of its inputs and reused while they are unchanged
 ee: bootstrap
 	@.venv/bin/python ee/build.py
+
+# the docsite (docs/docsite: guides, and a page per module, plugin and role) as HTML in
+# build/docsite/build/html (antsibull-docs + Sphinx, pinned in requirements-docs.txt; warnings fail it)
+docs: bootstrap
+	@scripts/docs.sh
 
 build: bootstrap
 	@mkdir -p build && ansible-galaxy collection build --force --output-path build .

@@ -238,7 +238,7 @@ def model(per_host_work: list[float], overhead_s: float, execs: float, exec_cost
 
 
 def lab_noop(core) -> dict:
-    """The 4-host lab window twice; the second run is the no-op the README quotes."""
+    """The 4-host lab window twice; the second run is the no-op docs/docsite/rst/scale.rst quotes."""
     inv_dir = REPO / "inventories" / "lab"
     kubeconfig = os.environ.get("KUBECONFIG") or str(
         Path(os.environ.get("NPUOPS_LAB_DIR", "/tmp/npuops-lab")) / "kubeconfig"

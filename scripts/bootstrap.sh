@@ -3,7 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(podman runc debootstrap apt-utils dpkg-dev gcc libc6-dev uidmap slirp4netns fuse-overlayfs psmisc openssl util-linux shellcheck)
+APT_PACKAGES=(podman runc debootstrap apt-utils dpkg-dev gcc libc6-dev uidmap slirp4netns fuse-overlayfs psmisc openssl util-linux shellcheck
+  librsvg2-bin)  # rsvg-convert: a lab test renders the window's timeline.svg to PNG
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -40,6 +41,18 @@ if [ "$(.venv-sanity/bin/python -c 'import ansible; print(ansible.__version__)' 
   .venv-sanity/bin/pip install -q -U pip
   .venv-sanity/bin/pip install -q "ansible-core==$core"
 fi
+# antsibull-docs + Sphinx (`make docs`, the docsite lint) and galaxy-importer (`make lint`) get their own
+# venv too: galaxy-importer pins its own ansible-lint and flake8, which must not move .venv's.
+stamp=.venv-docs/.requirements.sha
+want=$(sha256sum requirements-docs.txt | cut -d' ' -f1)
+if [ ! -x .venv-docs/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "bootstrap: creating .venv-docs (antsibull-docs, Sphinx, galaxy-importer)"
+  [ -x .venv-docs/bin/python ] || "$PY" -m venv .venv-docs
+  .venv-docs/bin/pip install -q -U pip
+  .venv-docs/bin/pip install -q -r requirements-docs.txt
+  echo "$want" > "$stamp"
+fi
+
 # ansible-test fetches get-pip.py from a host that is unreachable here; serve our ensurepip stand-in.
 pipver=$(grep -oP "pip='\\K[0-9.]+" .venv-sanity/lib/python3*/site-packages/ansible_test/_internal/python_requirements.py | head -1)
 mkdir -p "$HOME/.ansible/test/cache"

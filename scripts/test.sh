@@ -22,6 +22,41 @@ stage_lint() {
   echo "== promtool check rules / test rules (deploy/monitoring)"
   promtool check rules deploy/monitoring/*.rules.yml
   promtool test rules deploy/monitoring/tests/*.test.yml
+  stage_docs_lint
+  stage_galaxy_import
+}
+
+docs_env() {
+  # .venv-docs first; community.general and kubernetes.core (galaxy.yml's dependencies) from .venv's
+  # `ansible` package, for ansible-doc
+  local site
+  site=$(ls -d "$PWD"/.venv/lib/python3*/site-packages | head -1)
+  export PATH="$PWD/.venv-docs/bin:$PATH" ANSIBLE_COLLECTIONS_PATH="$PWD/build/collections:$site"
+}
+
+stage_docs_lint() {
+  echo "== antsibull-docs lint-collection-docs --plugin-docs (docs/docsite, every module's, plugin's and role's docs)"
+  (docs_env && antsibull-docs lint-collection-docs --plugin-docs .)
+  echo "== make docs (the docsite with Sphinx, warnings fail)"
+  scripts/docs.sh
+}
+
+stage_galaxy_import() {
+  # the tarball `make build` makes, through Galaxy's own import checks (scripts/galaxy-importer.cfg:
+  # offline, no container engine); any WARNING or ERROR line fails the stage
+  echo "== galaxy-importer (the built tarball)"
+  local dir=build/galaxy-import log rc=0
+  rm -rf "$dir" && mkdir -p "$dir"
+  ansible-galaxy collection build --force --output-path "$dir" . >/dev/null
+  log="$dir/importer.log"
+  # its ansible-doc and ansible-lint are .venv's, whose `ansible` package brings the dependencies
+  (cd "$dir" && GALAXY_IMPORTER_CONFIG="$PWD/../../scripts/galaxy-importer.cfg" \
+    ../../.venv-docs/bin/python -m galaxy_importer.main ./*.tar.gz >importer.log 2>&1) || rc=$?
+  if [ "$rc" -ne 0 ] || grep -qE '^(WARNING|ERROR|CRITICAL)' "$log" \
+     || ! grep -q '^Importer processing completed successfully' "$log"; then
+    cat "$log"; echo "galaxy-importer: not clean (rc $rc; log $log)" >&2; return 1
+  fi
+  echo "galaxy-importer: no warnings ($(grep -c '^Loading ' "$log") contents loaded)"
 }
 
 stage_sanity() {

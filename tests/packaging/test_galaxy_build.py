@@ -45,7 +45,8 @@ def test_tarball_has_no_lab_or_test_artefacts(installed):
     bad = [n for n in names if n.startswith(("tests/lab", "tests/integration", ".venv", "build/", "bench/", ".ci"))
            or n.endswith((".pyc", ".deb"))]
     assert bad == []
-    assert len(names) < 400, "unexpectedly large tarball: %d entries" % len(names)
+    assert "docs/docsite/extra-docs.yml" in names and "docs/docsite/rst/runbook.rst" in names  # Galaxy's docs
+    assert len(names) < 450, "unexpectedly large tarball: %d entries" % len(names)
 
 
 @pytest.mark.parametrize("module", MODULES)
