@@ -410,7 +410,9 @@ def _validate_device_keys(vendor: str, profile: Mapping[str, Any]) -> None:
     for key in ("dra_drivers", "device_node_prefixes", "runtime_class_names"):
         for i, item in enumerate(profile.get(key) or []):
             if not isinstance(item, str) or not item:
-                raise ProfileError("vendor profile %r: %s[%d] must be a non-empty string, got %r" % (vendor, key, i, item))
+                raise ProfileError(
+                    "vendor profile %r: %s[%d] must be a non-empty string, got %r" % (vendor, key, i, item)
+                )
     for name in profile.get("dra_drivers") or []:
         if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
             raise ProfileError(
