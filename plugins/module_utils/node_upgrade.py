@@ -565,8 +565,9 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
 
     def _unpausable_message(self, plugins: list[str]) -> str:
         return (
-            "the DRA kubelet plugin %s selects no %s* deploy label, so the upgrade cannot pause it and it "
-            "would hold the driver at the unload; give its DaemonSet nodeSelector %s%s: \"true\" (NVIDIA's "
+            "the DRA kubelet plugin %s selects no %s* deploy label that the pause changes (its driver and "
+            "operands labels are never paused), so the upgrade cannot take it off and it would hold the driver at the "
+            "unload; give its DaemonSet nodeSelector %s%s: \"true\" (NVIDIA's "
             "chart: kubeletPlugin.nodeSelector) and label the node so, or set vendor_profile."
             "dra_kubelet_plugin_selector if these pods are not the plugin"
             % (", ".join(plugins), self.profile["deploy_label_prefix"], self.profile["deploy_label_prefix"],

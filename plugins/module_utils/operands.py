@@ -127,9 +127,12 @@ def dra_plugin_daemonsets(profile: Mapping[str, Any], pods: list[Mapping[str, An
 
 def unpausable_dra_plugins(profile: Mapping[str, Any], pods: list[Mapping[str, Any]]) -> list[str]:
     """"ns/pod (DaemonSet ns/name)" for each DRA kubelet plugin pod on the node (not terminating) whose
-    nodeSelector has no deploy label: pausing the operands would leave it running, holding the driver."""
-    return sorted(
-        "%s (DaemonSet %s/%s)" % (pod_ref(p), p["metadata"]["namespace"], controller_of(p)["name"])
-        for p in dra_plugin_pods(profile, pods)
-        if not is_operand_pod(p, profile) and not is_terminating(p)
-    )
+    nodeSelector has no deploy label that the pause changes (``…deploy.driver``, ``…deploy.operands``
+    and the skip label are never paused): the operands' pause would leave it running, holding the driver."""
+    out = []
+    for p in dra_plugin_pods(profile, pods):
+        selector = (p.get("spec") or {}).get("nodeSelector") or {}
+        if is_terminating(p) or operand_label_keys(profile, selector):
+            continue
+        out.append("%s (DaemonSet %s/%s)" % (pod_ref(p), p["metadata"]["namespace"], controller_of(p)["name"]))
+    return sorted(out)

@@ -320,3 +320,21 @@ def test_no_dra_kubelet_plugin_is_tolerated():
     res = run(c, "prepare")
     assert res["state"] == "pod-restart-required"
     assert "DRA kubelet plugin" not in res["transitions"][-1]["reason"]
+
+
+@pytest.mark.parametrize("selector, pausable", [
+    ({PLUGIN_LABEL: "true"}, True),
+    ({"nvidia.com/gpu.deploy.dra-driver": "true", "nvidia.com/gpu.present": "true"}, True),
+    ({"nvidia.com/gpu.present": "true"}, False),
+    ({"nvidia.com/gpu.deploy.driver": "true"}, False),  # never paused: the host work replaces the driver
+    ({"nvidia.com/gpu.deploy.operands": "true"}, False),
+    ({}, False),
+])
+def test_which_dra_kubelet_plugins_the_pause_can_take_off(selector, pausable):
+    p = on("n1", plugin_pod())
+    p["spec"]["nodeSelector"] = selector
+    expected = [] if pausable else [
+        "nvidia-dra-driver-gpu/dra-plugin-n1 (DaemonSet nvidia-dra-driver-gpu/nvidia-dra-driver-gpu-kubelet-plugin)"]
+    assert operands.unpausable_dra_plugins(NV, [p]) == expected
+    other = on("n1", pod("csi-node", owner="DaemonSet"))  # not the plugin's labels: never named
+    assert operands.unpausable_dra_plugins(NV, [other]) == []
