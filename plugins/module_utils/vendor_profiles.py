@@ -427,18 +427,38 @@ def _validate_device_keys(vendor: str, profile: Mapping[str, Any]) -> None:
             )
     selector = profile.get("dra_kubelet_plugin_selector")
     if selector is not None:
-        # imported here: eviction_rules reads profiles, this module must not need it at import time
-        from ansible_collections.npuops.fleet.plugins.module_utils.eviction_rules import matches_selector
-
-        try:
-            matches_selector({}, selector)
-        except ValueError as exc:
-            raise ProfileError("vendor profile %r: dra_kubelet_plugin_selector %r: %s" % (vendor, selector, exc))
         if not selector.strip():
             raise ProfileError(
                 "vendor profile %r: dra_kubelet_plugin_selector must not be empty (it would match every "
                 "DaemonSet pod); leave the key out or set it to null for none" % vendor
             )
+        bad = [t for t in _selector_terms(selector) if not _SELECTOR_TERM.match(t)]
+        if bad:
+            raise ProfileError(
+                "vendor profile %r: dra_kubelet_plugin_selector %r: invalid label selector term %r (forms: k=v, "
+                "k!=v, k, !k, k in (a,b), k notin (a,b))" % (vendor, selector, bad[0])
+            )
+
+
+# The label selector forms the drain's matcher accepts (eviction_rules.matches_selector), checked here
+# without importing it: this module is in the host-side scripts' import closure, eviction_rules is not.
+_SELECTOR_TERM = re.compile(
+    r"^\s*(?:[A-Za-z0-9./_-]+\s+(?:in|notin)\s*\([^()]*\)|[A-Za-z0-9./_-]+\s*(?:==|=|!=)\s*[A-Za-z0-9._-]*"
+    r"|!?\s*[A-Za-z0-9./_-]+)\s*$"
+)
+
+
+def _selector_terms(selector: str) -> list[str]:
+    """The comma-separated terms of a label selector; commas inside ``( )`` belong to their term."""
+    terms, depth, cur = [], 0, ""
+    for ch in selector:
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            terms.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return terms + [cur]
 
 
 def deploy_label_keys(profile: Mapping[str, Any]) -> list[str]:

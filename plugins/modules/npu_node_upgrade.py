@@ -304,7 +304,8 @@ would_evict:
   elements: str
 pod_rules:
   description:
-    - For each pod the call removed, would remove or waited for ("ns/name"), the rule that matched it -
+    - >-
+      For each pod the call removed, would remove or waited for ("ns/name"), the rule that matched it -
       C(extended resource nvidia.com/gpu), C(DRA claim ns/claim allocated by gpu.nvidia.com), C(DRA claim
       ns/claim (could not be read ...; counted as the vendor's)), C(hostPath /dev/nvidia0), C(runtimeClassName
       nvidia with NVIDIA_VISIBLE_DEVICES=all) (the pod-deletion step's accelerator pods), or the drain's

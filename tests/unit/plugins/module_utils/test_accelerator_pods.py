@@ -7,7 +7,10 @@ Expected rule texts and claim keys are written out here, not computed with the p
 from __future__ import annotations
 
 import copy
+import os
+from pathlib import Path
 
+import jinja2
 import pytest
 from fake_k8s import FakeCluster, Resp, make_node
 from kubernetes.client.rest import ApiException
@@ -338,3 +341,46 @@ def test_which_dra_kubelet_plugins_the_pause_can_take_off(selector, pausable):
     assert operands.unpausable_dra_plugins(NV, [p]) == expected
     other = on("n1", pod("csi-node", owner="DaemonSet"))  # not the plugin's labels: never named
     assert operands.unpausable_dra_plugins(NV, [other]) == []
+
+
+# ---- the plan and the summary (Jinja as Ansible's template module renders it: trim_blocks; the
+# Ansible filters the templates use stood in for by their plain meaning) -------------------------------
+
+TEMPLATES = Path(__file__).resolve().parents[4] / "playbooks" / "templates"
+
+
+def env() -> jinja2.Environment:
+    e = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), trim_blocks=True)
+    e.filters["basename"] = os.path.basename
+    e.filters["zip"] = lambda a, b: list(zip(a, b))
+    return e
+
+
+def test_plan_names_the_rule_of_each_pod_it_would_evict():
+    report = {"run_id": "r", "would_start": True, "batches": [["gpu-0"]], "batch_size": 1, "finished": "x",
+              "refused": [], "lease": {"free": True},
+              "hosts": [{"host": "gpu-0", "status": "would-upgrade", "transaction": None,
+                         "would_evict": ["ml/trainer", "default/web"],
+                         "pod_rules": {"ml/trainer": "DRA claim ml/c1 allocated by gpu.nvidia.com"}},
+                        {"host": "gpu-1", "status": "would-upgrade", "transaction": None, "would_evict": []}]}
+    rows = [line.split(" | ") for line in env().get_template("maintenance_plan.md.j2").render(
+        _mw_plan_report=report).splitlines() if line.startswith("| gpu")]
+    assert rows[0][5] == "ml/trainer [DRA claim ml/c1 allocated by gpu.nvidia.com], default/web"
+    assert rows[1][5] == "-"
+
+
+def test_summary_lists_the_pods_taken_off_with_their_rules():
+    summary = {"run_id": "r1", "result": "ok", "not_upgraded": [], "started": "a", "finished": "b", "duration_s": 1,
+               "batch_size": 1, "holder": "h",
+               "hosts": [{"host": "gpu-0", "status": "upgraded",
+                          "pod_rules": {"ml/trainer": "DRA claim ml/c1 allocated by gpu.nvidia.com",
+                                        "default/agent": "hostPath /dev/nvidia0"}},
+                         {"host": "gpu-1", "status": "upgraded", "pod_rules": {}},
+                         {"host": "gpu-2", "status": "upgraded",
+                          "pod_rules": {"a/b": "extended resource nvidia.com/gpu"}}]}
+    out = env().get_template("maintenance_summary.md.j2").render(_mw_summary=summary)
+    part = out[out.index("Pods taken off before the host work"):].splitlines()
+    assert part[1:3] == [
+        "- gpu-0: default/agent [hostPath /dev/nvidia0], ml/trainer [DRA claim ml/c1 allocated by gpu.nvidia.com]",
+        "- gpu-2: a/b [extended resource nvidia.com/gpu]",
+    ]
