@@ -21,6 +21,7 @@ from ansible_collections.npuops.fleet.plugins.module_utils import (
     cordon,
     drain,
     eviction_rules,
+    k8s_retry,
     k8s_wait,
     node_record,
     operands,
@@ -49,8 +50,36 @@ except ImportError:  # pragma: no cover - reported by the module
 # Seconds prepare waits for the kubelet to report a new boot id when that is the only difference
 # between the host and its Node (the kubelet posts status every 10 s once it runs).
 IDENTITY_BOOT_ID_WAIT = 90
+# The deploy label the docs suggest for the DRA kubelet plugin's DaemonSet (any <prefix><name> works).
+DRA_PLUGIN_OPERAND = "dra-kubelet-plugin"
 # beside the stop file: one file per node of the run that failed (NodeUpgrade.record_failure, the role's rescue)
 FAILURES_DIR = "failures"
+
+
+class _RawResourceClaims:
+    """read_namespaced_resource_claim for kubernetes clients older than ResourceV1Api (34): a GET of
+    /apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}; the response like the
+    generated API's with ``_preload_content=False`` (``.data`` JSON)."""
+
+    def __init__(self, api_client: Any) -> None:
+        self.api_client = api_client
+
+    def read_namespaced_resource_claim(self, name: str, namespace: str, _preload_content: bool = False) -> Any:
+        return self.api_client.call_api(
+            "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}",
+            "GET",
+            path_params={"namespace": namespace, "name": name},
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+            _return_http_data_only=True,
+            _preload_content=False,
+        )
+
+
+def claim_reader(api_client: Any) -> Any:
+    """The client's ResourceV1Api where it has one, else :class:`_RawResourceClaims`."""
+    api = getattr(k8s, "ResourceV1Api", None)
+    return api(api_client) if api is not None else _RawResourceClaims(api_client)
 
 
 class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
@@ -83,10 +112,14 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
         drain_preview: bool = True,
         stop_file: Optional[str] = None,
         caller: Optional[CallerWatch] = None,
+        resource_api: Any = None,
     ) -> None:
-        # core / policy_api / coord_api may be injected (unit tests use in-memory fakes).
+        # core / policy_api / coord_api / resource_api may be injected (unit tests use in-memory fakes).
         self.core = core or k8s.CoreV1Api(api_client)
         self.policy_api = policy_api or k8s.PolicyV1Api(api_client)
+        # resource.k8s.io/v1 ResourceClaims (the DRA rule): read_namespaced_resource_claim(name, namespace)
+        self.resource_api = resource_api or (claim_reader(api_client) if api_client is not None else None)
+        self.claims_read: dict[str, Any] = {}
         coord = coord_api or (k8s.CoordinationV1Api(api_client) if api_client is not None else None)
         self.slots = admission.Slots(coord, profile, admission_namespace) if coord is not None else None
         self.token = uuid.uuid4().hex
@@ -145,6 +178,13 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
             "pdbs_at_risk": [],
             "refused_evictions": {},
             "waited_for": [],
+            # "ns/pod" -> the rule that makes the step remove (or wait for) it, e.g. "DRA claim ns/c
+            # allocated by gpu.nvidia.com", "extended resource nvidia.com/gpu", "drain.podSelector 'x'"
+            "pod_rules": {},
+            # GETs of ResourceClaims this call made (the DRA rule's API cost; one per claim, retries not counted)
+            "resource_claim_reads": 0,
+            # DaemonSet pods using the device that no step removes ("ns/pod" -> rule)
+            "accelerator_daemonset_pods": {},
             "full_drain": None,
             "baseline": None,
             "message": "",
@@ -251,6 +291,45 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
 
     def _pods(self) -> list[dict[str, Any]]:
         return drain.list_node_pods(self.core, self.name)
+
+    def _claims(self, pods: list[dict[str, Any]]) -> dict[str, Any]:
+        """The ResourceClaims the DRA rule needs for ``pods`` (eviction_rules.claims_to_read): "ns/claim"
+        -> the claim (dict) or why it could not be read. One GET each, once per call (kept for later
+        steps); transient errors retried for up to 30 s per claim. Counted in resource_claim_reads."""
+        for key in eviction_rules.claims_to_read(pods, self.profile):
+            if key in self.claims_read:
+                continue
+            ns, name = key.split("/", 1)
+            if self.resource_api is None:
+                self.claims_read[key] = "no resource.k8s.io client"
+                continue
+            self.result["resource_claim_reads"] += 1
+            try:
+                resp = k8s_retry.call(
+                    self.resource_api.read_namespaced_resource_claim, name, ns, budget=30, _preload_content=False
+                )
+                self.claims_read[key] = json.loads(resp.data)
+            except Exception as exc:  # noqa: BLE001 - counted as the vendor's, and said
+                self.claims_read[key] = self._describe(exc)
+                self.warnings.append(
+                    "node %s: ResourceClaim %s could not be read (%s): its pods count as accelerator pods"
+                    % (self.name, key, self.claims_read[key])
+                )
+        return self.claims_read
+
+    def _note_daemonset_users(self, pods: list[dict[str, Any]]) -> None:
+        """Say which DaemonSet pods use the device but are neither operands nor the DRA kubelet plugin:
+        nothing removes them, so the module unload may find the device held (the host's holder check
+        then names the process)."""
+        plugin = [eviction_rules.pod_ref(p) for p in operands.dra_plugin_pods(self.profile, pods)]
+        found = eviction_rules.accelerator_daemonset_pods(pods, self.profile, exclude=plugin)
+        self.result["accelerator_daemonset_pods"] = found
+        if found:
+            self.warnings.append(
+                "node %s: DaemonSet pods using the device stay on the node (a DaemonSet puts them back; they "
+                "may hold the device at the unload): %s"
+                % (self.name, ", ".join("%s [%s]" % kv for kv in sorted(found.items())))
+            )
 
     # ---- entry point ---------------------------------------------------------------------------
     def run(self, phase: str, reason: Optional[str] = None) -> dict[str, Any]:
@@ -411,9 +490,18 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
         # and the drain's pods when the drain runs (drain.enable, or a planned reboot).
         pods = self._pods()
         drain_policy = self._drain_policy()
-        deletion = eviction_rules.plan_pod_deletion(pods, self.policy.pod_deletion, self.profile)
+        deletion = eviction_rules.plan_pod_deletion(pods, self.policy.pod_deletion, self.profile, self._claims(pods))
         plan = self._plan_drain(pods, drain_policy)
         remove = set(deletion.remove) | (set(plan.remove) if drain_policy.enable else set())
+        rules = dict(plan.rules) if drain_policy.enable else {}
+        rules.update(deletion.rules)  # the pod-deletion step comes first: its rule names the pod
+        self.result["pod_rules"] = {r: rules[r] for r in sorted(remove | set(deletion.wait) | set(plan.wait))
+                                    if r in rules}
+        self._note_daemonset_users(pods)
+        unpausable = operands.unpausable_dra_plugins(self.profile, pods)
+        if unpausable:
+            self.result["dra_plugin_unpausable"] = unpausable
+            self.warnings.append(self._unpausable_message(unpausable))
         by_ref = {eviction_rules.pod_ref(p): p for p in pods}
         self.result["would_evict"] = sorted(remove)
         victims = [by_ref[r] for r in sorted(remove)]
@@ -474,6 +562,17 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
         self.result["message"] = "node %s is in %s" % (self.name, self.state)
 
     # ---- failure paths and messages -----------------------------------------------------------------
+
+    def _unpausable_message(self, plugins: list[str]) -> str:
+        return (
+            "the DRA kubelet plugin %s selects no %s* deploy label that the pause changes (its driver and "
+            "operands labels are never paused), so the upgrade cannot take it off and it would hold the driver at the "
+            "unload; give its DaemonSet nodeSelector %s%s: \"true\" (NVIDIA's "
+            "chart: kubeletPlugin.nodeSelector) and label the node so, or set vendor_profile."
+            "dra_kubelet_plugin_selector if these pods are not the plugin"
+            % (", ".join(plugins), self.profile["deploy_label_prefix"], self.profile["deploy_label_prefix"],
+               DRA_PLUGIN_OPERAND)
+        )
 
     @staticmethod
     def _secs(timeout: Optional[float]) -> str:

@@ -10,6 +10,13 @@ before restoring it) is recorded as the value it stands for (:func:`deployed_val
 deploys the operand again, as the driver manager's restore does. The ``driver`` operand is not
 paused (the host work replaces the driver itself), nor are the deploy skip labels
 (``…deploy.operands``, ``…deploy.skip``).
+
+The vendor's DRA kubelet plugin (a DaemonSet whose pods hold the driver, found by the profile's
+``dra_kubelet_plugin_selector``) is one more operand: its DaemonSet must select nodes by a deploy label
+(nodeSelector ``<prefix><name>: "true"``, e.g. the NVIDIA chart's ``kubeletPlugin.nodeSelector``), which
+is then paused, restored and waited for like the others. One that selects by no deploy label cannot be
+paused: :func:`unpausable_dra_plugins` names it, and prepare refuses before the cordon. No plugin on
+the node: nothing to do.
 """
 
 from __future__ import annotations
@@ -18,8 +25,11 @@ from typing import Any, Mapping
 
 from ansible_collections.npuops.fleet.plugins.module_utils.eviction_rules import (
     controller_of,
+    is_daemonset_pod,
     is_operand_pod,
     is_ready,
+    is_terminating,
+    matches_selector,
     pod_ref,
 )
 
@@ -94,3 +104,35 @@ def missing_operands(daemonsets: list[str], pods: list[Mapping[str, Any]]) -> li
         if ref and ref.get("kind") == "DaemonSet" and is_ready(pod) and not pod["metadata"].get("deletionTimestamp"):
             ready.add("%s/%s" % (pod["metadata"]["namespace"], ref["name"]))
     return [ds for ds in daemonsets if ds not in ready]
+
+
+def dra_plugin_pods(profile: Mapping[str, Any], pods: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The DaemonSet pods among ``pods`` matched by the profile's ``dra_kubelet_plugin_selector`` (the
+    DRA driver's kubelet plugin); [] when the profile names none."""
+    selector = profile.get("dra_kubelet_plugin_selector")
+    if not selector:
+        return []
+    return [
+        p for p in pods
+        if is_daemonset_pod(p) and matches_selector((p.get("metadata") or {}).get("labels"), selector)
+    ]
+
+
+def dra_plugin_daemonsets(profile: Mapping[str, Any], pods: list[Mapping[str, Any]]) -> list[str]:
+    """``ns/name`` of the DaemonSets of the DRA kubelet plugin pods on the node, sorted."""
+    return sorted({
+        "%s/%s" % (p["metadata"]["namespace"], controller_of(p)["name"]) for p in dra_plugin_pods(profile, pods)
+    })
+
+
+def unpausable_dra_plugins(profile: Mapping[str, Any], pods: list[Mapping[str, Any]]) -> list[str]:
+    """"ns/pod (DaemonSet ns/name)" for each DRA kubelet plugin pod on the node (not terminating) whose
+    nodeSelector has no deploy label that the pause changes (``…deploy.driver``, ``…deploy.operands``
+    and the skip label are never paused): the operands' pause would leave it running, holding the driver."""
+    out = []
+    for p in dra_plugin_pods(profile, pods):
+        selector = (p.get("spec") or {}).get("nodeSelector") or {}
+        if is_terminating(p) or operand_label_keys(profile, selector):
+            continue
+        out.append("%s (DaemonSet %s/%s)" % (pod_ref(p), p["metadata"]["namespace"], controller_of(p)["name"]))
+    return sorted(out)

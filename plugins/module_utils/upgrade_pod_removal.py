@@ -26,8 +26,18 @@ class PodRemovalSteps:
             return self.policy.drain
         return dataclasses.replace(self.policy.drain, enable=True, pod_selector="")
 
+    def _drain_rule(self, drain_policy: Any) -> str:
+        """The rule that puts a pod in the drain, as the preview and summary name it."""
+        if self.reboot_planned:
+            return "drain before the reboot (every pod)"
+        if drain_policy.pod_selector:
+            return "drain.podSelector %r" % drain_policy.pod_selector
+        return "drain (drain.enable: every pod)"
+
     def _plan_drain(self, pods: list[dict[str, Any]], drain_policy: Any) -> eviction_rules.PodPlan:
         plan = eviction_rules.plan_drain(pods, drain_policy, self.profile["drain_skip_label"])
+        rule = self._drain_rule(drain_policy)
+        plan.rules = {r: rule for r in plan.remove + plan.wait}
         if self.reboot_planned:
             # A drain-skip label keeps a pod through a drain, not through a reboot: it blocks.
             finished = {eviction_rules.pod_ref(p) for p in pods if eviction_rules.is_finished(p)}
@@ -154,7 +164,8 @@ class PodRemovalSteps:
         """The pod-deletion step: accelerator pods go through the Eviction API (PDBs honoured), as in
         the operators' upgrade library; already-terminating accelerator pods are waited for."""
         pods = self._pods()
-        plan = eviction_rules.plan_pod_deletion(pods, self.policy.pod_deletion, self.profile)
+        plan = eviction_rules.plan_pod_deletion(pods, self.policy.pod_deletion, self.profile, self._claims(pods))
+        self.result["pod_rules"].update(plan.rules)
         drain_on = self._drain_policy().enable
         if plan.blockers:
             if drain_on:
@@ -175,8 +186,9 @@ class PodRemovalSteps:
             self.result["blocking_pdbs"].extend(p["detail"] for p in pdbs)
             self.result["waited_for"].extend(sorted(plan.wait))
             return nxt, "would evict accelerator pods %s%s" % (
-                ", ".join(sorted(plan.remove)) or "none",
-                "; would wait for terminating pods %s" % ", ".join(sorted(plan.wait)) if plan.wait else "",
+                self._with_rules(sorted(plan.remove), plan.rules) or "none",
+                "; would wait for terminating pods %s" % self._with_rules(sorted(plan.wait), plan.rules)
+                if plan.wait else "",
             )
         timeout = timeout_or_none(self.policy.pod_deletion.timeout_seconds)
         evicted = self._remove_pods(
@@ -188,10 +200,15 @@ class PodRemovalSteps:
             after_host_work=False,
             result_key="deleted",
         )
-        why = "evicted accelerator pods %s" % (", ".join(evicted) or "none")
+        why = "evicted accelerator pods %s" % (self._with_rules(evicted, plan.rules) or "none")
         if plan.wait:
-            why += "; terminating pods gone: %s" % ", ".join(sorted(plan.wait))
+            why += "; terminating pods gone: %s" % self._with_rules(sorted(plan.wait), plan.rules)
         return nxt, why
+
+    @staticmethod
+    def _with_rules(refs: list[str], rules: dict[str, str]) -> str:
+        """"ns/a [rule], ns/b [rule]": the pods with the rule that matched each."""
+        return ", ".join("%s [%s]" % (r, rules[r]) if r in rules else r for r in refs)
 
     def _drain(self, after_host_work: bool) -> str:
         """Evict the node's pods per the drain policy (or fully before a reboot) and wait until they,
@@ -208,6 +225,8 @@ class PodRemovalSteps:
                 why,
                 self.policy.drain.pod_selector,
             )
+        for ref, rule in plan.rules.items():
+            self.result["pod_rules"].setdefault(ref, rule)
         by_ref = {eviction_rules.pod_ref(p): p for p in pods}
         victims = [by_ref[r] for r in sorted(plan.remove)]
         pdbs = drain.blocking_pdbs(self.policy_api, victims)

@@ -30,6 +30,7 @@ class PrepareSteps:
         if entry.action == "start":
             if not self.target:
                 raise UpgradeFailed("node %s: target_version is required to start an upgrade" % self.name)
+            self._refuse_unpausable_dra_plugin()
             self._start()
         if self.check:
             self._prepare_steps(entry)
@@ -83,6 +84,22 @@ class PrepareSteps:
                         "could not remove the admission slot entry of node %s; it expires after %ds"
                         % (self.name, admission.SLOT_GRACE)
                     )
+
+    def _refuse_unpausable_dra_plugin(self) -> None:
+        """Before admission and cordon: a DRA kubelet plugin on the node that the operand pause cannot
+        remove refuses the upgrade (nothing changed). One pod LIST of the node with the profile's
+        ``dra_kubelet_plugin_selector`` as label selector; none when the profile names no plugin."""
+        selector = self.profile.get("dra_kubelet_plugin_selector")
+        if not selector:
+            return
+        data = k8s_wait.list_raw(
+            self.core.list_pod_for_all_namespaces, field_selector="spec.nodeName=%s" % self.name,
+            label_selector=selector,
+        )
+        unpausable = operands.unpausable_dra_plugins(self.profile, data.get("items") or [])
+        if unpausable:
+            self.result["dra_plugin_unpausable"] = unpausable
+            raise UpgradeFailed("node %s: %s (nothing was changed)" % (self.name, self._unpausable_message(unpausable)))
 
     def _recheck_after_admission(self) -> None:
         """The node as it is once admitted (the wait may have taken hours): a skip label set meanwhile
@@ -223,8 +240,16 @@ class PrepareSteps:
         labels = self._labels()
         recorded = node_record.get_json_annotation(self.profile, self.node, node_record.OPERAND_LABELS_BEFORE)
         pods = self._pods()
+        unpausable = operands.unpausable_dra_plugins(self.profile, pods)
+        if unpausable:  # a resumed upgrade, or a plugin that came after the start's check
+            self.result["dra_plugin_unpausable"] = unpausable
+            self._abort(self._unpausable_message(unpausable))
+        self._note_daemonset_users(pods)
         annotations: dict[str, str] = {}
         found = ""
+        plugins = operands.dra_plugin_daemonsets(self.profile, pods)
+        if plugins:
+            found += "; DRA kubelet plugin %s paused with the operands" % ", ".join(plugins)
         if recorded is None:
             before, changes = operands.pause_plan(self.profile, labels)
             annotations[self._ann(node_record.OPERAND_LABELS_BEFORE)] = json.dumps(before, sort_keys=True)
@@ -236,7 +261,7 @@ class PrepareSteps:
                 "%s=%s recorded as %s" % (k, labels[k], v) for k, v in sorted(before.items()) if labels[k] != v
             )
             if stale:
-                found = "; found paused with no upgrade in progress: %s" % stale
+                found += "; found paused with no upgrade in progress: %s" % stale
                 self.warnings.append(
                     "node %s: operand deploy labels found paused with no upgrade in progress (left by a controller "
                     "that did not restore them): %s; finish restores these values" % (self.name, stale)

@@ -12,6 +12,7 @@ smi_command, device_glob) are the only definition of that data too: roles read i
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any, Mapping, Optional
 
 # How a packaging flavour gets its kernel module (``build``; module_utils/host/packaging.py): DKMS builds
@@ -70,6 +71,17 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
         ],
         "validator_operand": "operator-validator",
         "resource_prefixes": ["nvidia.com/gpu", "nvidia.com/mig-"],
+        # Other ways a pod gets the device (eviction_rules.accelerator_rule): a ResourceClaim allocated
+        # by one of these DRA drivers (NVIDIA's k8s-dra-driver-gpu: GPUs and MIG devices, and the IMEX
+        # channels of ComputeDomains), a hostPath under these device-node paths, or one of these runtime
+        # classes with the visible-devices variable set in a container's env (agents that see every GPU).
+        "dra_drivers": ["gpu.nvidia.com", "compute-domain.nvidia.com"],
+        "device_node_prefixes": ["/dev/nvidia"],
+        "runtime_class_names": ["nvidia", "nvidia-cdi", "nvidia-legacy"],
+        "visible_devices_env": "NVIDIA_VISIBLE_DEVICES",
+        # The DRA driver's kubelet plugin pods (a DaemonSet holding the driver): paused like an operand,
+        # which needs a deploy label in its nodeSelector (operands.unpausable_dra_plugins).
+        "dra_kubelet_plugin_selector": "nvidia-dra-driver-gpu-component=kubelet-plugin",
         # Unload order (dependents first); load is the reverse. main_module: the one whose version is read.
         "kernel_modules": ["nvidia_drm", "nvidia_modeset", "nvidia_uvm", "nvidia"],
         "main_module": "nvidia",
@@ -246,6 +258,9 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
         "operands": ["driver", "device-plugin", "npu-feature-discovery", "metrics-exporter", "validator"],
         "validator_operand": "validator",
         "resource_prefixes": ["rebellions.ai/"],
+        # no DRA driver of the vendor is known here: name it in vendor_profile.dra_drivers when one is used
+        "dra_drivers": [],
+        "device_node_prefixes": ["/dev/rbln"],
         "kernel_modules": ["rebellions"],
         "main_module": "rebellions",
         "device_glob": "/dev/rbln[0-9]*",
@@ -295,7 +310,15 @@ _OPTIONAL_TYPES: dict[str, type] = {
     "image": str,
     "regular_tag_format": str,
     "tag_uses_branch": bool,
+    "dra_drivers": list,
+    "device_node_prefixes": list,
+    "runtime_class_names": list,
+    "visible_devices_env": str,
+    "dra_kubelet_plugin_selector": str,
 }
+
+# A DRA driver name is a DNS subdomain (resource.k8s.io/v1 DeviceRequestAllocationResult.driver).
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 class ProfileError(ValueError):
@@ -374,9 +397,68 @@ def validate_profile(vendor: str, profile: Mapping[str, Any]) -> None:
                 "vendor profile %r: packaging flavour %r: build must be %s, got %r"
                 % (vendor, flavour["name"], " or ".join(BUILDS), flavour.get("build"))
             )
+    _validate_device_keys(vendor, profile)
     default = profile.get("packaging_default")
     if default and default not in [f["name"] for f in profile.get("packaging") or []]:
         raise ProfileError("vendor profile %r: packaging_default %r is not one of its flavours" % (vendor, default))
+
+
+def _validate_device_keys(vendor: str, profile: Mapping[str, Any]) -> None:
+    """The keys that say how a pod gets the device besides resource_prefixes: lists of non-empty
+    strings; DRA driver names DNS subdomains (at most 253 characters); device-node prefixes under /dev/;
+    the plugin selector a label selector the drain's parser accepts."""
+    for key in ("dra_drivers", "device_node_prefixes", "runtime_class_names"):
+        for i, item in enumerate(profile.get(key) or []):
+            if not isinstance(item, str) or not item:
+                raise ProfileError(
+                    "vendor profile %r: %s[%d] must be a non-empty string, got %r" % (vendor, key, i, item)
+                )
+    for name in profile.get("dra_drivers") or []:
+        if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+            raise ProfileError(
+                "vendor profile %r: dra_drivers entry %r is not a DRA driver name (a DNS subdomain such as "
+                "gpu.nvidia.com)" % (vendor, name)
+            )
+    for path in profile.get("device_node_prefixes") or []:
+        if not path.startswith("/dev/") or path == "/dev/":
+            raise ProfileError(
+                "vendor profile %r: device_node_prefixes entry %r must start with /dev/ and name the vendor's "
+                "device nodes (e.g. /dev/nvidia); all of /dev is not a vendor's" % (vendor, path)
+            )
+    selector = profile.get("dra_kubelet_plugin_selector")
+    if selector is not None:
+        if not selector.strip():
+            raise ProfileError(
+                "vendor profile %r: dra_kubelet_plugin_selector must not be empty (it would match every "
+                "DaemonSet pod); leave the key out or set it to null for none" % vendor
+            )
+        bad = [t for t in _selector_terms(selector) if not _SELECTOR_TERM.match(t)]
+        if bad:
+            raise ProfileError(
+                "vendor profile %r: dra_kubelet_plugin_selector %r: invalid label selector term %r (forms: k=v, "
+                "k!=v, k, !k, k in (a,b), k notin (a,b))" % (vendor, selector, bad[0])
+            )
+
+
+# The label selector forms the drain's matcher accepts (eviction_rules.matches_selector), checked here
+# without importing it: this module is in the host-side scripts' import closure, eviction_rules is not.
+_SELECTOR_TERM = re.compile(
+    r"^\s*(?:[A-Za-z0-9./_-]+\s+(?:in|notin)\s*\([^()]*\)|[A-Za-z0-9./_-]+\s*(?:==|=|!=)\s*[A-Za-z0-9._-]*"
+    r"|!?\s*[A-Za-z0-9./_-]+)\s*$"
+)
+
+
+def _selector_terms(selector: str) -> list[str]:
+    """The comma-separated terms of a label selector; commas inside ``( )`` belong to their term."""
+    terms, depth, cur = [], 0, ""
+    for ch in selector:
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            terms.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return terms + [cur]
 
 
 def deploy_label_keys(profile: Mapping[str, Any]) -> list[str]:

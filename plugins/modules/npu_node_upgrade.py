@@ -307,6 +307,37 @@ would_evict:
   returned: always
   type: list
   elements: str
+pod_rules:
+  description:
+    - >-
+      For each pod the call removed, would remove or waited for ("ns/name"), the rule that matched it -
+      C(extended resource nvidia.com/gpu), C(DRA claim ns/claim allocated by gpu.nvidia.com), C(DRA claim
+      ns/claim (could not be read ...; counted as the vendor's)), C(hostPath /dev/nvidia0), C(runtimeClassName
+      nvidia with NVIDIA_VISIBLE_DEVICES=all) (the pod-deletion step's accelerator pods), or the drain's
+      (C(drain (drain.enable: every pod)), C(drain.podSelector 'x'), C(drain before the reboot (every pod))).
+  returned: always
+  type: dict
+resource_claim_reads:
+  description:
+    - ResourceClaims read (one namespaced GET each, retries not counted) to decide whether a pod with
+      C(spec.resourceClaims) holds a device allocated by the vendor's DRA driver; 0 when no pod on the node
+      that another rule does not already match names a claim.
+  returned: always
+  type: int
+accelerator_daemonset_pods:
+  description:
+    - DaemonSet pods using the device (extended resource, hostPath, runtime class) that are neither
+      operands nor the DRA kubelet plugin ("ns/name" -> rule); nothing removes them, so the module unload
+      may find the device held. Also a warning. Filled by O(phase=status) and by the operand pause.
+  returned: always
+  type: dict
+dra_plugin_unpausable:
+  description:
+    - The DRA kubelet plugin pods (the profile's C(dra_kubelet_plugin_selector)) whose DaemonSet selects
+      no deploy label, so the operand pause cannot remove them; prepare refuses before the cordon.
+  returned: when found
+  type: list
+  elements: str
 cordoned_by_upgrade:
   description: The node was schedulable before and the upgrade cordoned it (our record is on the node).
   returned: always

@@ -481,7 +481,8 @@ def test_rbac_role_is_what_the_module_needs():
     assert "delete" not in verbs[("", "pods")]  # pods leave only through the Eviction API
     assert verbs[("policy", "poddisruptionbudgets")] == {"list"}
     # no Lease or Event rights cluster-wide; the workload check only lists pod templates and owners
-    assert {g for g, _res in verbs} == {"", "policy", "apps", "batch"}
+    assert {g for g, _res in verbs} == {"", "policy", "apps", "batch", "resource.k8s.io"}
+    assert verbs[("resource.k8s.io", "resourceclaims")] == {"get"}  # the DRA rule: one GET per claim
     assert {verbs[k] == {"list"} for k in verbs if k[0] in ("apps", "batch")} == {True}
     assert {res for g, res in verbs if g in ("apps", "batch")} == {
         "deployments", "replicasets", "statefulsets", "jobs", "cronjobs"}
