@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv-docs/bin:$PATH"
 # community.general and kubernetes.core (dependencies in galaxy.yml) come from .venv's `ansible` package
-site=$(ls -d "$PWD"/.venv/lib/python3*/site-packages | head -1)
+site=$("$PWD/.venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 export ANSIBLE_COLLECTIONS_PATH="$PWD/build/collections:$site"
 out=build/docsite
 rm -rf "$out"

@@ -30,7 +30,7 @@ docs_env() {
   # .venv-docs first; community.general and kubernetes.core (galaxy.yml's dependencies) from .venv's
   # `ansible` package, for ansible-doc
   local site
-  site=$(ls -d "$PWD"/.venv/lib/python3*/site-packages | head -1)
+  site=$("$PWD/.venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   export PATH="$PWD/.venv-docs/bin:$PATH" ANSIBLE_COLLECTIONS_PATH="$PWD/build/collections:$site"
 }
 

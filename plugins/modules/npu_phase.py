@@ -23,7 +23,7 @@ description:
     A Lease gone or held by another run fails the task (C(operation=lost), C(lease_lost=true)) and the phase
     stays open. No renewal into C(done), as a failed renewal must not fail a host whose upgrade is over.
   - After that, with O(reach_timeout) and O(next) other than C(done), waits up to O(reach_timeout) seconds
-    for the host to run a module (as M(ansible.builtin.wait_for_connection), every 2 s). A host that does not
+    for the host to run a module (as C(ansible.builtin.wait_for_connection), every 2 s). A host that does not
     answer fails the task with C(host_lost=true); as Ansible sets no facts of a failed task, the new phase's
     facts are then in the result's C(ansible_facts) (the role's rescue takes them from there, so the failure
     is the next phase's). Any other failure (bad arguments, the renewal) says C(host_lost=false).
