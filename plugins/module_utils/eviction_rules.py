@@ -195,20 +195,48 @@ NO_DEVICES = ("", "none", "void")
 
 
 def runtime_class_rule(pod: Mapping[str, Any], profile: Mapping[str, Any]) -> Optional[str]:
-    """"runtimeClassName <rc> with <VAR>=<value>" when the pod runs with one of the vendor's
-    ``runtime_class_names`` and a container or init container sets ``visible_devices_env`` (a literal
-    ``value``) to anything but none/void/empty; else None. Without the variable in the pod spec the pod
-    does not count: the image's own env (CUDA images set ``all``) is not visible to the API."""
+    """How the vendor's container runtime would give the pod devices without a device request; None
+    when nothing in the pod spec says so:
+
+    - ``<VAR>=<value>`` (``visible_devices_env``, a literal ``value`` in a container, init container or
+      ephemeral container) other than none/void/empty, whatever the runtime class: where the vendor's
+      runtime is the node's default (the GPU Operator without CDI, ``nvidia-ctk --set-as-default``) the
+      variable alone gives the pod those devices - NVIDIA's own templates set ``void`` for that reason;
+    - ``<VAR> from <source> (value unknown)``: the variable set through ``valueFrom``;
+    - ``runtimeClassName <rc>`` (one of ``runtime_class_names``) without the variable in the spec: the
+      image's own env decides, which the API cannot see (CUDA images set ``all``), so the pod counts.
+
+    The rule name says which (``runtimeClassName <rc> with <VAR>=<value>`` when both). A pod that sets
+    the variable to none/void/empty does not count by this rule."""
     spec = pod.get("spec") or {}
     env_name = profile.get("visible_devices_env")
     runtime = spec.get("runtimeClassName")
-    if not env_name or not runtime or runtime not in (profile.get("runtime_class_names") or []):
-        return None
-    for container in list(spec.get("containers") or []) + list(spec.get("initContainers") or []):
-        for env in container.get("env") or []:
-            value = env.get("value")
-            if env.get("name") == env_name and value is not None and value.strip().lower() not in NO_DEVICES:
-                return "runtimeClassName %s with %s=%s" % (runtime, env_name, value)
+    vendor_runtime = bool(runtime) and runtime in (profile.get("runtime_class_names") or [])
+    setting = None  # what the spec sets the variable to: a value, "from <source>", or "" for no device
+    if env_name:
+        containers = (list(spec.get("containers") or []) + list(spec.get("initContainers") or [])
+                      + list(spec.get("ephemeralContainers") or []))
+        for container in containers:
+            for env in container.get("env") or []:
+                if env.get("name") != env_name:
+                    continue
+                if env.get("value") is not None:
+                    value = str(env["value"])
+                    if value.strip().lower() not in NO_DEVICES:
+                        setting = "=%s" % value
+                        break
+                    setting = setting or ""
+                elif env.get("valueFrom"):
+                    source = next(iter(env["valueFrom"]), "valueFrom")
+                    setting = " from %s (value unknown)" % source
+                    break
+            if setting:
+                break
+    if setting:
+        return ("runtimeClassName %s with %s%s" % (runtime, env_name, setting) if vendor_runtime
+                else "%s%s" % (env_name, setting))
+    if vendor_runtime and setting is None:
+        return "runtimeClassName %s (%s from the image, not visible to the API)" % (runtime, env_name or "devices")
     return None
 
 

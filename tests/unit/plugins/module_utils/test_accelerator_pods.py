@@ -95,8 +95,14 @@ def runtime_pod(name, runtime="nvidia", env=None, owner="ReplicaSet"):
         (runtime_pod("a", env="0,1"), {}, "runtimeClassName nvidia with NVIDIA_VISIBLE_DEVICES=0,1"),
         (runtime_pod("a", env="none"), {}, None),
         (runtime_pod("a", env="void"), {}, None),
-        (runtime_pod("a", env=None), {}, None),  # only the image's env could say: not visible to the API
-        (runtime_pod("a", runtime="runc", env="all"), {}, None),
+        # only the image's env could say (CUDA images set all): the vendor's runtime class alone counts
+        (runtime_pod("a", env=None), {},
+         "runtimeClassName nvidia (NVIDIA_VISIBLE_DEVICES from the image, not visible to the API)"),
+        # the vendor's runtime as the node's default: the variable alone gives the devices
+        (runtime_pod("a", runtime="runc", env="all"), {}, "NVIDIA_VISIBLE_DEVICES=all"),
+        (runtime_pod("a", runtime=None, env="GPU-4b1c"), {}, "NVIDIA_VISIBLE_DEVICES=GPU-4b1c"),
+        (runtime_pod("a", runtime=None, env="void"), {}, None),
+        (runtime_pod("a", runtime=None, env=None), {}, None),
         (pod("a"), {}, None),
     ],
 )
@@ -384,3 +390,19 @@ def test_summary_lists_the_pods_taken_off_with_their_rules():
         "- gpu-0: default/agent [hostPath /dev/nvidia0], ml/trainer [DRA claim ml/c1 allocated by gpu.nvidia.com]",
         "- gpu-2: a/b [extended resource nvidia.com/gpu]",
     ]
+
+
+def test_visible_devices_from_a_config_map_or_an_ephemeral_container_counts():
+    p = pod("from-cm")
+    p["spec"]["containers"][0]["env"] = [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"configMapKeyRef": {"name": "gpus", "key": "list"}}}]
+    assert eviction_rules.accelerator_rule(p, NV) == "NVIDIA_VISIBLE_DEVICES from configMapKeyRef (value unknown)"
+    debug = pod("debugged")
+    debug["spec"]["ephemeralContainers"] = [
+        {"name": "dbg", "image": "cuda", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]
+    assert eviction_rules.accelerator_rule(debug, NV) == "NVIDIA_VISIBLE_DEVICES=all"
+    # set to none in one container and not at all elsewhere: no device by this rule
+    quiet = runtime_pod("quiet", runtime=None, env="none")
+    assert eviction_rules.accelerator_rule(quiet, NV) is None
+    # Rebellions' profile names no variable and no runtime class: nothing by this rule
+    assert eviction_rules.accelerator_rule(runtime_pod("r", runtime=None, env="all"), RBLN) is None
