@@ -46,6 +46,7 @@ sys.path.insert(0, str(REPO / "tests" / "lab"))
 
 import rotation  # noqa: E402  the record of when each case last ran
 import test_maintenance_window as mw  # noqa: E402  restore_host, reset_node, node_driver, hx, ...
+from labhelpers import container  # noqa: E402  a lab host's podman container
 
 LAB = REPO / "tests" / "lab"
 LABCTL = LAB / "labctl"
@@ -162,12 +163,12 @@ def podman(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
 
 
 def hx(script: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([str(PODMAN), "exec", "npuops-" + TARGET, "/bin/sh", "-c", script],
+    return subprocess.run([str(PODMAN), "exec", container(TARGET), "/bin/sh", "-c", script],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout, check=False)
 
 
 def container_running(name: str = TARGET) -> bool:
-    r = podman("container", "inspect", "-f", "{{.State.Running}}", "npuops-" + name)
+    r = podman("container", "inspect", "-f", "{{.State.Running}}", container(name))
     return r.returncode == 0 and r.stdout.strip() == "true"
 
 
@@ -603,7 +604,7 @@ def mw_wait(what: str, fn: Callable[[], Any], timeout: float = 60) -> Any:
 def baseline(ctx: "Case") -> None:
     k = ctx.k
     if not container_running():
-        podman("start", "npuops-" + TARGET)
+        podman("start", container(TARGET))
     gone = delete_leases(k)
     if gone:
         ctx.note("baseline: deleted stale lease(s) %s" % ", ".join(gone))
@@ -726,14 +727,14 @@ def schedulable_mismatches(k) -> list[str]:
             continue  # scratch nodes of other tests
         if n.spec.unschedulable or not container_running(name):
             continue
-        if podman("container", "inspect", "npuops-" + name).returncode != 0:
+        if podman("container", "inspect", container(name)).returncode != 0:
             continue  # no lab host behind this node
         labelled = mw.node_driver(n)
         if "npu" in name:
-            r = podman("exec", "npuops-" + name, "rbln-smi")
+            r = podman("exec", container(name), "rbln-smi")
             have = r.stdout.split("KMD ver:")[1].split()[0] if r.returncode == 0 and "KMD ver:" in r.stdout else None
         else:
-            r = podman("exec", "npuops-" + name, "nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader")
+            r = podman("exec", container(name), "nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader")
             have = r.stdout.split()[0] if r.returncode == 0 and r.stdout.split() else None
         if have is None or have != labelled:
             bad.append("%s schedulable, host driver %s, node labels %s (%s)"
@@ -767,10 +768,10 @@ def run_case(ctx: Case) -> None:
                 hx("systemctl mask ssh.service ssh.socket >/dev/null 2>&1; true")
                 return
             ctx.note("host lost at %s: podman stop npuops-%s" % (why, TARGET))
-            podman("stop", "-t", "5", "npuops-" + TARGET)
+            podman("stop", "-t", "5", container(TARGET))
             while sp.get("keep_down") and a_box[0].proc.poll() is None:
                 if container_running():  # the reboot's restart brings it back: keep it down at once
-                    podman("kill", "npuops-" + TARGET)
+                    podman("kill", container(TARGET))
                 time.sleep(0.2)
 
         a = ctx.start("window", pol)
@@ -798,7 +799,7 @@ def run_case(ctx: Case) -> None:
         ctx.check(not (le and le["valid"]), "Lease released after the failure: %s" % (le or "absent"))
         if sp.get("no_ssh_after_boot"):
             hx("systemctl unmask ssh.service ssh.socket; systemctl start ssh.service")
-        podman("start", "npuops-" + TARGET)
+        podman("start", container(TARGET))
         subprocess.run([str(HOSTCTL), "wait-boot", TARGET, "--timeout", "180"], capture_output=True, text=True,
                        env=dict(os.environ, NPUOPS_LAB_DIR=str(mw.lab_dir())), check=False)
         wait_ssh()
@@ -830,7 +831,7 @@ def run_case(ctx: Case) -> None:
         holder: dict[str, str] = {}
 
         def lock(s):
-            podman("exec", "-d", "npuops-" + TARGET, "python3", "-c",
+            podman("exec", "-d", container(TARGET), "python3", "-c",
                    "import fcntl,time; f=open('/var/lib/dpkg/lock-frontend','w'); "
                    "fcntl.lockf(f, fcntl.LOCK_EX); time.sleep(600)")
             time.sleep(1)
@@ -1041,7 +1042,7 @@ def cleanup(ctx: Case) -> None:
     if ctx.guard:
         ctx.guard.stop.set()
     if not container_running():
-        podman("start", "npuops-" + TARGET)
+        podman("start", container(TARGET))
     hx("pkill -f fcntl[.]lockf || true")
 
 

@@ -15,6 +15,14 @@ from typing import Any, Callable, Optional
 import yaml
 from kubernetes import client
 
+
+def container(name: str) -> str:
+    """The podman container of lab host ``name``, as tests/lab/hosts/hostctl.py names it: with the
+    lab's NPUOPS_LAB_PORT_OFFSET when it has one, so two labs side by side keep apart."""
+    offset = int(os.environ.get("NPUOPS_LAB_PORT_OFFSET", "0"))
+    return ("npuops-" if offset == 0 else "npuops-o%d-" % offset) + name
+
+
 DRIVER_LABELS = ("nvidia.com/cuda.driver.major", "nvidia.com/cuda.driver.minor", "nvidia.com/cuda.driver.rev")
 
 

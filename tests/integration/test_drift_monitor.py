@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from labhelpers import container
 from test_lab_hosts import K_NEW, K_OLD, V_NEW, V_OLD, hostctl, hx, lab_dir  # the lab host helpers
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,9 +28,9 @@ SCRAPE = "python3 -c 'import urllib.request;print(urllib.request.urlopen(\"http:
 
 
 def reboot(name):
-    container = "npuops-" + name
-    before = hx(container, "cut -d' ' -f22 /proc/1/stat").stdout.strip()
-    hx(container, "systemctl reboot", check=False)
+    cname = container(name)
+    before = hx(cname, "cut -d' ' -f22 /proc/1/stat").stdout.strip()
+    hx(cname, "systemctl reboot", check=False)
     hostctl("wait-boot", name, "--after", before, "--timeout", "120")
 
 

@@ -21,7 +21,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from labhelpers import create_kwok_nodes, delete_nodes, wait
+from labhelpers import container, create_kwok_nodes, delete_nodes, wait
 
 pytestmark = pytest.mark.lab
 
@@ -46,7 +46,7 @@ def hostctl(*args: str, timeout: int = 600) -> str:
 
 
 def hx(name: str, script: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(PODMAN), "exec", "npuops-" + name, "/bin/sh", "-c", script],
+    return subprocess.run([str(PODMAN), "exec", container(name), "/bin/sh", "-c", script],
                           capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -145,7 +145,7 @@ def test_host_lost_during_host_work_is_recorded_and_the_rerun_finishes(core_v1, 
     wait("pod-restart-required", lambda: run.poll() is not None
          or (core_v1.read_node(name).metadata.labels or {}).get(STATE) == "pod-restart-required", 300)
     assert run.poll() is None, output(report_dir)
-    subprocess.run([str(PODMAN), "stop", "-t", "0", "npuops-" + name], capture_output=True, check=True, timeout=60)
+    subprocess.run([str(PODMAN), "stop", "-t", "0", container(name)], capture_output=True, check=True, timeout=60)
     rc = run.wait(timeout=600)
     out = output(report_dir)
     assert rc != 0, out
@@ -169,7 +169,7 @@ def test_host_lost_during_host_work_is_recorded_and_the_rerun_finishes(core_v1, 
     assert gone.value.status == 404
 
     # the host comes back; the rerun upgrades it, uncordons and restores the pre-window state
-    subprocess.run([str(PODMAN), "start", "npuops-" + name], capture_output=True, check=True, timeout=60)
+    subprocess.run([str(PODMAN), "start", container(name)], capture_output=True, check=True, timeout=60)
     booted = wait_booted(name, 120)
     assert booted["kernel_release"] == KERNEL, booted
     run = window(name, lab_kubeconfig, report_dir, lease)

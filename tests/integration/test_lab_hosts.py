@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from labhelpers import container
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTS = REPO / "tests" / "lab" / "hosts"
@@ -57,11 +58,11 @@ def boot_marker(container):
 
 def reboot(name):
     """systemctl reboot inside the host; wait for the new boot. Returns (old, new) markers."""
-    container = "npuops-" + name
-    before = boot_marker(container)
-    hx(container, "systemctl reboot", check=False)
+    cname = container(name)
+    before = boot_marker(cname)
+    hx(cname, "systemctl reboot", check=False)
     hostctl("wait-boot", name, "--after", before, "--timeout", "120")
-    after = boot_marker(container)
+    after = boot_marker(cname)
     assert after != before
     return before, after
 
@@ -257,7 +258,7 @@ def wait_label(core_v1, name, key, value, timeout=30):
 def test_reboot_node_notready_ready_and_ansible_reboot(core_v1, node_host, tmp_path):
     from lablib import nodes
 
-    name, c = node_host, "npuops-" + node_host
+    name, c = node_host, container(node_host)
     # the agent publishes the host's state on its Node (GFD/NFD-style labels, nodeInfo)
     wait_label(core_v1, name, "feature.node.kubernetes.io/kernel-version.full", "5.15.0-119-generic")
     wait_label(core_v1, name, "nvidia.com/cuda.driver.major", "550")
@@ -305,7 +306,7 @@ def test_node_labels_follow_host_state(core_v1):
     """Every scenario host's Node carries the kernel/OS/driver labels of the host's state."""
     for name, driver_label in (("lab-node-0", "nvidia.com/cuda.driver.major"),
                                ("lab-npu-0", "rebellions.ai/driver-version.full")):
-        c = "npuops-" + name
+        c = container(name)
         r = subprocess.run([str(PODMAN), "container", "inspect", "-f",
                             "{{index .Config.Labels \"npuops-lab-dir\"}}", c],
                            capture_output=True, text=True, check=False)

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from labhelpers import run_playbook
+from labhelpers import container, run_playbook
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTS = REPO / "tests" / "lab" / "hosts"
@@ -61,7 +61,7 @@ def hostctl(*args, timeout=600):
 
 def hx(name, script, check=True, timeout=300):
     r = subprocess.run(
-        [str(PODMAN), "exec", "npuops-" + name, "/bin/sh", "-c", script],
+        [str(PODMAN), "exec", container(name), "/bin/sh", "-c", script],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -722,10 +722,10 @@ def test_incident_audit_flags_then_window_fixes_and_ip_vs_loads(
     from test_drift_monitor import playbook as drift_monitor
 
     drift_monitor(name, report_dir, "-e", f"driver_drift_monitor_interval={INTERVAL}")
-    wait_metrics("npuops-" + name, {'npu_driver_mismatch{verdict="ok"}': "0"}, INTERVAL + MARGIN)
+    wait_metrics(container(name), {'npu_driver_mismatch{verdict="ok"}': "0"}, INTERVAL + MARGIN)
     hx(name, "unattended-upgrade")
     assert hx(name, "nvidia-smi", check=False).returncode == 18  # NVML mismatch
-    wait_metrics("npuops-" + name, {'npu_driver_mismatch{verdict="reload_required"}': "1"}, INTERVAL + MARGIN)
+    wait_metrics(container(name), {'npu_driver_mismatch{verdict="reload_required"}': "1"}, INTERVAL + MARGIN)
 
     rc, out = playbook("audit.yml", kubeconfig, report_dir, name, timeout=600)
     assert rc != 0, out[-4000:]
@@ -760,7 +760,7 @@ def test_incident_audit_flags_then_window_fixes_and_ip_vs_loads(
     assert hx(name, "nvidia-smi --query-gpu=driver_version --format=csv,noheader").stdout.split()[0] == "580.159.03"
     assert not node(core_v1, name).spec.unschedulable
     # and the window fixed what the host reported
-    wait_metrics("npuops-" + name, {'npu_driver_mismatch{verdict="ok"}': "0", "npu_driver_reboot_pending": "0",
+    wait_metrics(container(name), {'npu_driver_mismatch{verdict="ok"}': "0", "npu_driver_reboot_pending": "0",
                                     "npu_driver_drift_check_success": "1"}, INTERVAL + MARGIN)
 
 

@@ -56,7 +56,10 @@ SSH_PORT_SLOTS = 100
 # every recreated host, so checking them is off (lab only, never on a fleet)
 SSH_OPTS = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
             "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=5", "-o", "BatchMode=yes"]
-PREFIX = "npuops-"
+# Container names carry the lab's port offset when it has one: two labs side by side (two
+# NPUOPS_LAB_DIRs, two offsets) never name - and so never replace or remove - each other's hosts.
+_LAB_OFFSET = int(os.environ.get("NPUOPS_LAB_PORT_OFFSET", "0"))
+PREFIX = "npuops-" if _LAB_OFFSET == 0 else "npuops-o%d-" % _LAB_OFFSET
 IMAGE = "localhost/npuops-lab-host"
 MIRROR = "http://deb.debian.org/debian"
 BASE_PACKAGES = ["systemd", "systemd-sysv", "dbus", "python3", "apt", "apt-utils",

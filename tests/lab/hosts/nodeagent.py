@@ -34,7 +34,10 @@ STATE = os.path.abspath(os.environ.get("NPUOPS_LAB_DIR", "/tmp/npuops-lab"))
 POLL_S = float(os.environ.get("NPUOPS_AGENT_POLL_S", "2"))
 NOTREADY_WAIT_S = float(os.environ.get("NPUOPS_AGENT_NOTREADY_WAIT_S", "60"))
 MIN_NOTREADY_S = float(os.environ.get("NPUOPS_AGENT_MIN_NOTREADY_S", "6"))
-PREFIX = "npuops-"
+# Container names carry the lab's port offset when it has one: two labs side by side (two
+# NPUOPS_LAB_DIRs, two offsets) never name - and so never replace or remove - each other's hosts.
+_LAB_OFFSET = int(os.environ.get("NPUOPS_LAB_PORT_OFFSET", "0"))
+PREFIX = "npuops-" if _LAB_OFFSET == 0 else "npuops-o%d-" % _LAB_OFFSET
 NVML_LINK = "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
 
 
