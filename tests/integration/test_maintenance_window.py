@@ -761,7 +761,7 @@ def test_incident_audit_flags_then_window_fixes_and_ip_vs_loads(
     assert not node(core_v1, name).spec.unschedulable
     # and the window fixed what the host reported
     wait_metrics(container(name), {'npu_driver_mismatch{verdict="ok"}': "0", "npu_driver_reboot_pending": "0",
-                                    "npu_driver_drift_check_success": "1"}, INTERVAL + MARGIN)
+                                   "npu_driver_drift_check_success": "1"}, INTERVAL + MARGIN)
 
 
 def test_retry_after_a_lost_gpu_compares_with_the_first_attempts_devices(
