@@ -32,7 +32,7 @@ import re
 import time
 from typing import Any, Mapping, Optional, Sequence
 
-from ansible_collections.npuops.fleet.plugins.plugin_utils.window_record import PHASES, epoch, number
+from ansible_collections.npuops.fleet.plugins.plugin_utils.window_record import PHASES, epoch, phase_spans
 
 DOCUMENTATION = r"""
 name: timeline_svg
@@ -151,25 +151,7 @@ def _clock(ts: float) -> str:
 
 def _phase_rows(host: Mapping[str, Any]) -> list[tuple[str, float, float, Mapping[str, Any]]]:
     """(phase, start, end, record) for every timed phase of a host, by start (then the role's order)."""
-    phases = host.get("phases")
-    out = []
-    if isinstance(phases, Mapping):
-        for name, rec in phases.items():
-            if not isinstance(rec, Mapping):
-                continue
-            end = epoch(rec.get("finished"))
-            start = epoch(rec.get("started"))
-            dur = number(rec.get("duration_s"))
-            if start is None and end is not None and dur is not None:
-                start = end - dur
-            if end is None and start is not None and dur is not None:
-                end = start + dur
-            if start is None or end is None:
-                continue
-            order = PHASES.index(name) if name in PHASES else len(PHASES)
-            out.append((order, start, str(name), min(start, end), max(start, end), rec))
-    out.sort(key=lambda r: (r[1], r[0], r[2]))
-    return [(name, start, end, rec) for _order, _s, name, start, end, rec in out]
+    return [(name, start, end, host["phases"][name]) for name, start, end in phase_spans(host)]
 
 
 class _Scale:
