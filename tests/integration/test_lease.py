@@ -137,19 +137,22 @@ def test_concurrent_takeover_of_expired_lease_exactly_one_wins(api_client, lease
     assert won[0][1] == "take_over"
 
 
-def _boundary(name, holder, renewed_at, ttl=6):
-    """A phase boundary of the role (npu_phase) that renews the run's Lease when due; the facts it set,
-    read back by the next task."""
+def _boundary(name, holder, renewed_at, stamp, ttl=6):
+    """A phase boundary of the role (npu_phase) into install that renews the run's Lease when due, with
+    the window's stamp file (its run folder) as the record of renewals across hosts and processes; the
+    facts it set, read back by the next task. The host check is off (the play runs on localhost)."""
     return [
         {"name": "boundary", "ignore_errors": True,
-         "npuops.fleet.npu_phase": {"result": {"status": "running"}, "phase": "install", "start": time.time() - 1,
-                                    "next": "done", "lease": {"name": name, "namespace": NS, "holder": holder,
-                                                              "ttl": ttl, "renewed_at": renewed_at}}},
+         "npuops.fleet.npu_phase": {"result": {"status": "running"}, "phase": "prepare", "start": time.time() - 1,
+                                    "next": "install", "lease": {"name": name, "namespace": NS, "holder": holder,
+                                                                 "ttl": ttl, "renewed_at": renewed_at,
+                                                                 "stamp": str(stamp)}}},
         {"name": "facts", "ansible.builtin.debug": {"msg": "{{ _driver_upgrade_phase | default('unset') }}"}},
     ]
 
 
-def test_phase_boundaries_renew_the_run_lease_at_most_every_third_of_its_ttl(lab_kubeconfig, api_client, lease_name):
+def test_phase_boundaries_renew_the_run_lease_at_most_every_third_of_its_ttl(lab_kubeconfig, api_client, lease_name,
+                                                                             tmp_path):
     """The role's phase boundaries renew the window's Lease on the control node: only once a third
     of its TTL has passed since the last renewal any host (or the window) made, and a Lease gone to
     another run fails the boundary (lease_lost; the host is not lost; the phase stays open)."""
@@ -159,33 +162,43 @@ def test_phase_boundaries_renew_the_run_lease_at_most_every_third_of_its_ttl(lab
     assert r["operation"] == "create", r
     taken = time.time()
     rv = coord.read_namespaced_lease(lease_name, NS).metadata.resource_version
+    stamp = tmp_path / "lease-renewed"
 
     # the window renewed it a moment ago: not due, nothing written
-    b, f = run_tasks(_boundary(lease_name, holder, taken), lab_kubeconfig)
+    b, f = run_tasks(_boundary(lease_name, holder, taken, stamp), lab_kubeconfig)
     assert not b.get("failed"), b.get("msg")
-    assert f["msg"] == "done" and coord.read_namespaced_lease(lease_name, NS).metadata.resource_version == rv
+    assert f["msg"] == "install" and coord.read_namespaced_lease(lease_name, NS).metadata.resource_version == rv
+    assert not stamp.exists()
 
     # a third of the TTL later it is due: renewed, the holder kept
     time.sleep(max(0.0, taken + 2.2 - time.time()))
-    b, f = run_tasks(_boundary(lease_name, holder, taken), lab_kubeconfig)
+    b, f = run_tasks(_boundary(lease_name, holder, taken, stamp), lab_kubeconfig)
     assert not b.get("failed"), b.get("msg")
     lease = coord.read_namespaced_lease(lease_name, NS)
     assert lease.metadata.resource_version != rv and lease.spec.holder_identity == holder
     assert lease.spec.renew_time.timestamp() >= taken + 2
+    assert stamp.stat().st_mtime >= taken + 2  # the renewal's time, for the other hosts and npu_node_upgrade
     rv = lease.metadata.resource_version
 
-    # another host of this control node renewed it just now: the stale window time does not count
-    b, f = run_tasks(_boundary(lease_name, holder, taken), lab_kubeconfig)
+    # another host of this run renewed it just now (the stamp): the stale window time does not count
+    b, f = run_tasks(_boundary(lease_name, holder, taken, stamp), lab_kubeconfig)
     assert not b.get("failed") and coord.read_namespaced_lease(lease_name, NS).metadata.resource_version == rv
 
     # check mode renews nothing, even when due
     time.sleep(2.2)
-    b, f = run_tasks(_boundary(lease_name, holder, taken), lab_kubeconfig, check=True)
+    b, f = run_tasks(_boundary(lease_name, holder, taken, stamp), lab_kubeconfig, check=True)
     assert not b.get("failed") and coord.read_namespaced_lease(lease_name, NS).metadata.resource_version == rv
+
+    # into done, no renewal even when due: the host's upgrade is over
+    done = _boundary(lease_name, holder, taken, stamp)
+    done[0]["npuops.fleet.npu_phase"]["next"] = "done"
+    b, f = run_tasks(done, lab_kubeconfig)
+    assert not b.get("failed") and f["msg"] == "done"
+    assert coord.read_namespaced_lease(lease_name, NS).metadata.resource_version == rv
 
     # another run took it: the boundary fails, the phase stays open for the rescue to record
     coord.patch_namespaced_lease(lease_name, NS, {"spec": {"holderIdentity": "ctl-b/other"}})
-    b, f = run_tasks(_boundary(lease_name, holder, taken), lab_kubeconfig)
+    b, f = run_tasks(_boundary(lease_name, holder, taken, stamp), lab_kubeconfig)
     assert b["failed"] and b["lease_lost"] is True and b["operation"] == "lost" and b["host_lost"] is False, b
     assert "ctl-b/other" in b["msg"], b["msg"]
     assert f["msg"] == "unset"
