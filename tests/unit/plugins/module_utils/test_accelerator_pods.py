@@ -20,6 +20,7 @@ from ansible_collections.npuops.fleet.plugins.module_utils import eviction_rules
 from ansible_collections.npuops.fleet.plugins.module_utils.node_upgrade import NodeUpgrade, UpgradeFailed
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade_policy import parse_policy
 from ansible_collections.npuops.fleet.plugins.module_utils.vendor_profiles import ProfileError, resolve_profile
+from ansible_collections.npuops.fleet.plugins.plugin_utils.window_record import longest_host
 
 NV = resolve_profile("nvidia")
 RBLN = resolve_profile("rebellions")
@@ -359,6 +360,7 @@ def env() -> jinja2.Environment:
     e = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), trim_blocks=True)
     e.filters["basename"] = os.path.basename
     e.filters["zip"] = lambda a, b: list(zip(a, b))
+    e.filters["npuops.fleet.longest_host"] = longest_host
     return e
 
 
