@@ -10,9 +10,9 @@ export NPUOPS_LAB_DIR ?= /tmp/npuops-lab
 bootstrap:
 	@scripts/bootstrap.sh
 
-# one rotation of three of the lab tests and one cached real-package test (tests/integration/rotation.py)
+# one rotation of two of the lab tests and one cached real-package test (tests/integration/rotation.py)
 test: bootstrap
-	@NPUOPS_IT_ROTATION=$${NPUOPS_IT_ROTATION:-3} NPUOPS_REALPKG=$${NPUOPS_REALPKG:-auto} scripts/test.sh
+	@NPUOPS_IT_ROTATION=$${NPUOPS_IT_ROTATION:-2} NPUOPS_REALPKG=$${NPUOPS_REALPKG:-auto} scripts/test.sh
 
 unit: bootstrap
 	@scripts/test.sh unit

@@ -90,7 +90,7 @@ ensure_lab() {
 
 stage_integration() {
   # NPUOPS_IT_ROTATION=N: one slot of N of the lab tests, the one run least recently on this machine
-  # (tests/integration/rotation.py; `make test` sets 3 to stay inside CI's budget, `make integration`
+  # (tests/integration/rotation.py; `make test` sets 2 to stay inside CI's budget, `make integration`
   # runs all); pytest prints the rotation and its tests, tests/integration/last-rotations.md the record
   ensure_lab
   echo "== pytest integration (lab, rotation ${NPUOPS_IT_ROTATION:-1})"
