@@ -18,12 +18,12 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase, VariableLayer
 
-DEFAULT_LEASE_NAME = "npuops-fleet-maintenance-window"
-DEFAULT_LEASE_NAMESPACE = "kube-system"
+# the Lease's pure helpers (the kubernetes client is imported only by a renewal)
+from ansible_collections.npuops.fleet.plugins.module_utils.lease import DEFAULT_NAME, DEFAULT_NAMESPACE, last_renewal
 
 LEASE_SPEC = {
-    "name": {"type": "str", "default": DEFAULT_LEASE_NAME},
-    "namespace": {"type": "str", "default": DEFAULT_LEASE_NAMESPACE},
+    "name": {"type": "str", "default": DEFAULT_NAME},
+    "namespace": {"type": "str", "default": DEFAULT_NAMESPACE},
     "holder": {"type": "str", "required": True},
     "ttl": {"type": "int", "default": 3600},
     "renewed_at": {"type": "float", "default": 0.0},
@@ -68,18 +68,10 @@ def renewal_stamp(lease: dict[str, Any]) -> str:
     return os.path.join(C.DEFAULT_LOCAL_TMP, "npuops-lease-%s" % hashlib.sha256(key.encode()).hexdigest()[:16])
 
 
-def last_renewal(lease: dict[str, Any]) -> float:
-    """Epoch seconds of the last renewal known here: the later of ``renewed_at`` and the stamp's mtime."""
-    try:
-        return max(float(lease.get("renewed_at") or 0), os.stat(renewal_stamp(lease)).st_mtime)
-    except OSError:
-        return float(lease.get("renewed_at") or 0)
-
-
 def renewal_due(lease: dict[str, Any], now: float) -> bool:
     """A third of the TTL since the last renewal known here: the window sizes the TTL so that the
     longest wait between two boundaries still fits after a renewal skipped as recent."""
-    return now - last_renewal(lease) >= int(lease["ttl"]) / 3
+    return now - last_renewal(lease.get("renewed_at"), renewal_stamp(lease)) >= int(lease["ttl"]) / 3
 
 
 def client_missing() -> str | None:
@@ -112,9 +104,9 @@ def renew(lease: dict[str, Any]) -> dict[str, Any] | None:
         return {"msg": "lease %s/%s: %s%s" % (namespace, name, "HTTP %s " % status if status else "",
                                               getattr(exc, "reason", None) or exc)}
     try:  # the renewal is made; a stamp that cannot be written only costs an early renewal elsewhere
-        fd = os.open(renewal_stamp(lease), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-        os.close(fd)
-        os.utime(renewal_stamp(lease))
+        stamp = renewal_stamp(lease)
+        os.close(os.open(stamp, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
+        os.utime(stamp)
     except OSError:
         pass
     return None

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import random
 import time
 from typing import Any, Mapping, Optional
@@ -29,6 +30,19 @@ from ansible_collections.npuops.fleet.plugins.module_utils import k8s_retry
 DEFAULT_NAMESPACE = "kube-system"
 DEFAULT_NAME = "npuops-fleet-maintenance-window"
 MAX_CONFLICT_RETRIES = 5
+
+
+def last_renewal(renewed_at: Optional[float], stamp: Optional[str]) -> float:
+    """Epoch seconds of a run's last renewal known on this control node: the later of ``renewed_at``
+    (the window's own) and the modification time of ``stamp``, the file a phase boundary touches after
+    each renewal (npu_phase); 0.0 when neither says. A stamp that cannot be read counts as absent."""
+    last = float(renewed_at or 0.0)
+    if stamp:
+        try:
+            last = max(last, os.stat(stamp).st_mtime)
+        except OSError:
+            pass
+    return last
 
 
 class LeaseHeldError(Exception):

@@ -440,7 +440,6 @@ lease_lost:
   type: bool
 """
 
-import os  # noqa: E402
 import re  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
@@ -556,7 +555,7 @@ def main():
     counts = count_requests(api_client)
     if p["run_lease"] and not module.check_mode:
         from ansible_collections.npuops.fleet.plugins.module_utils import k8s_wait
-        from ansible_collections.npuops.fleet.plugins.module_utils.lease import LeaseManager
+        from ansible_collections.npuops.fleet.plugins.module_utils.lease import LeaseManager, last_renewal
         from ansible_collections.npuops.fleet.plugins.module_utils.run_lease import LeaseKeepalive
 
         rl = p["run_lease"]
@@ -565,12 +564,8 @@ def main():
                              node=p["node"])
         # At most a third of the TTL: renewals a module made in its own waits are not known here, and a
         # first transient error must not end a call that starts right after a long in-module wait.
-        renewed_at = rl.get("renewed_at") or 0.0
-        if rl.get("stamp"):  # a phase boundary's renewal (npu_phase) since the caller's
-            try:
-                renewed_at = max(renewed_at, os.stat(rl["stamp"]).st_mtime)
-            except OSError:
-                pass
+        # a phase boundary's renewal (npu_phase, its stamp) since the caller's counts too
+        renewed_at = last_renewal(rl.get("renewed_at"), rl.get("stamp"))
         age = min(max(0.0, time.time() - renewed_at), rl["ttl"] / 3.0) if renewed_at else 0.0
         k8s_wait.add_heartbeat(LeaseKeepalive(LeaseManager(api_client, rl["namespace"], rl["name"], budget=10),
                                               rl["holder"], rl["ttl"], renewed_age=age).tick)

@@ -397,3 +397,16 @@ def test_a_renewal_that_loses_to_another_holder_is_lost():
     api.interfere = other_takes_over
     with pytest.raises(L.LeaseLostError, match="now held by b/2"):
         manager(api).acquire("a/1", 60, now_fn=lambda: NOW, renew_only=True, sleep=lambda s: None)
+
+
+def test_last_renewal_is_the_later_of_the_windows_time_and_the_boundaries_stamp(tmp_path):
+    import os
+
+    stamp = tmp_path / "lease-renewed"
+    assert L.last_renewal(None, None) == 0.0
+    assert L.last_renewal(1000.0, str(stamp)) == 1000.0  # no stamp yet
+    stamp.touch()
+    os.utime(stamp, (2000.0, 2000.0))
+    assert L.last_renewal(1000.0, str(stamp)) == 2000.0
+    assert L.last_renewal(3000.0, str(stamp)) == 3000.0
+    assert L.last_renewal(None, str(stamp)) == 2000.0
