@@ -99,6 +99,9 @@ CASES.update({
                          "reboot_timeout": 60, "no_ssh_after_boot": True},
     "apiserver-down-drain": {"kind": "api", "at": "drain-required"},
     "apiserver-down-validation": {"kind": "api", "at": "validation-required"},
+    # down while the host's state is restored, so the kube-proxy wait and the uncordon meet the outage
+    "apiserver-down-verify": {"kind": "api",
+                              "at_task": "Restore the host's pre-window state before the uncordon"},
     "dpkg-lock": {"kind": "dpkg", "at": "cordon-required"},
     "two-windows": {"kind": "two"},
     "stale-lease": {"kind": "stale", "at": "pod-restart-required"},
@@ -816,7 +819,10 @@ def run_case(ctx: Case) -> None:
             outage["out"] = ("at %s: " % s) + (p.stdout + p.stderr).strip()[-300:]
             outage["rc"] = str(p.returncode)
 
-        w.on(sp["at"], down)
+        if sp.get("at_task"):
+            LogWatch(a, "TASK [npuops.fleet.driver_upgrade : %s" % sp["at_task"], down).start()
+        else:
+            w.on(sp["at"], down)
         ctx.finished(a)
         mw_wait("labctl restart finished", lambda: "rc" in outage, 120)
         ctx.check(outage.get("rc") == "0", "kube-apiserver down 15 s %s" % outage.get("out"))
