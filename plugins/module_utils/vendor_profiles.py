@@ -19,6 +19,8 @@ from typing import Any, Mapping, Optional
 # it on the host, or a package ships it prebuilt. The one definition: host/packaging imports it (this
 # module must not import host/packaging, which imports this one).
 BUILDS = ("dkms", "precompiled")
+# Which kernel modules a flavour installs: NVIDIA's open ones or its proprietary ones (host/gpu_support.py).
+MODULE_FLAVOURS = ("open", "proprietary")
 
 # Upgrade states: the GPU Operator's names plus the NPU operator's reboot states.
 UPGRADE_STATES = (
@@ -79,6 +81,17 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
         "device_node_prefixes": ["/dev/nvidia"],
         "runtime_class_names": ["nvidia", "nvidia-cdi", "nvidia-legacy"],
         "visible_devices_env": "NVIDIA_VISIBLE_DEVICES",
+        # Which module flavour drives which GPU (module_utils/host/gpu_support.py): the driver's own
+        # table, found in the target's packages by these globs (members of the .deb's data, without the
+        # leading ./). NVIDIA's .run installs it as doc/NVIDIA_GLX-1.0/supported-gpus/supported-gpus.json;
+        # packagers put it under their package's doc or share directory.
+        "supported_gpus_files": [
+            "usr/share/doc/*/supported-gpus.json",
+            "usr/share/doc/*/supported-gpus/supported-gpus.json",
+            "usr/share/nvidia/supported-gpus.json",
+            "usr/share/nvidia/supported-gpus/supported-gpus.json",
+        ],
+        "pci_vendor_id": "0x10de",
         # The DRA driver's kubelet plugin pods (a DaemonSet holding the driver): paused like an operand,
         # which needs a deploy label in its nodeSelector (operands.unpausable_dra_plugins).
         "dra_kubelet_plugin_selector": "nvidia-dra-driver-gpu-component=kubelet-plugin",
@@ -97,6 +110,7 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
             # to pin it at the target, and they move as companions where installed
             {
                 "name": "cuda-repo-open",
+                "module_flavour": "open",
                 "build": "dkms",
                 "packages": [
                     "nvidia-driver-{branch}-open",
@@ -112,6 +126,7 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
             },
             {
                 "name": "cuda-repo",
+                "module_flavour": "proprietary",
                 "build": "dkms",
                 "packages": [
                     "nvidia-driver-{branch}",
@@ -127,6 +142,7 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
             # Ubuntu: precompiled modules signed by Canonical, one package per kernel
             {
                 "name": "ubuntu-precompiled-server-open",
+                "module_flavour": "open",
                 "build": "precompiled",
                 "packages": [
                     "linux-modules-nvidia-{branch}-server-open-{kernel}",
@@ -140,6 +156,7 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
             },
             {
                 "name": "ubuntu-precompiled-server",
+                "module_flavour": "proprietary",
                 "build": "precompiled",
                 "packages": [
                     "linux-modules-nvidia-{branch}-server-{kernel}",
@@ -154,6 +171,7 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
             # Ubuntu: DKMS
             {
                 "name": "ubuntu-server-open",
+                "module_flavour": "open",
                 "build": "dkms",
                 "packages": [
                     "nvidia-driver-{branch}-server-open",
@@ -168,6 +186,7 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
             },
             {
                 "name": "ubuntu-server",
+                "module_flavour": "proprietary",
                 "build": "dkms",
                 "packages": [
                     "nvidia-driver-{branch}-server",
@@ -183,6 +202,7 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
             # Debian's archive (non-free): the release's current branch, its open flavour, Tesla branches
             {
                 "name": "debian-tesla",
+                "module_flavour": "proprietary",
                 "build": "dkms",
                 "packages": [
                     "nvidia-tesla-{branch}-kernel-dkms",
@@ -196,12 +216,14 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
             },
             {
                 "name": "debian-open",
+                "module_flavour": "open",
                 "build": "dkms",
                 "packages": ["nvidia-open-kernel-dkms", "nvidia-smi", "libnvidia-ml1", "firmware-nvidia-gsp"],
                 "detect": ["nvidia-open-kernel-dkms"],
             },
             {
                 "name": "debian",
+                "module_flavour": "proprietary",
                 "build": "dkms",
                 "packages": ["nvidia-kernel-dkms", "nvidia-smi", "libnvidia-ml1", "firmware-nvidia-gsp"],
                 "detect": ["nvidia-kernel-dkms"],
@@ -315,6 +337,8 @@ _OPTIONAL_TYPES: dict[str, type] = {
     "runtime_class_names": list,
     "visible_devices_env": str,
     "dra_kubelet_plugin_selector": str,
+    "supported_gpus_files": list,
+    "pci_vendor_id": str,
 }
 
 # A DRA driver name is a DNS subdomain (resource.k8s.io/v1 DeviceRequestAllocationResult.driver).
@@ -391,6 +415,11 @@ def validate_profile(vendor: str, profile: Mapping[str, Any]) -> None:
                 "vendor profile %r: packaging flavour %r: optional must be a list of package templates without"
                 " {kernel}, got %r"
                 % (vendor, flavour["name"], optional)
+            )
+        if flavour.get("module_flavour") not in (None,) + MODULE_FLAVOURS:
+            raise ProfileError(
+                "vendor profile %r: packaging flavour %r: module_flavour must be %s (or absent), got %r"
+                % (vendor, flavour["name"], " or ".join(MODULE_FLAVOURS), flavour.get("module_flavour"))
             )
         if flavour.get("build") not in BUILDS:
             raise ProfileError(

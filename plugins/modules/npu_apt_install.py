@@ -80,6 +80,43 @@ options:
     description:
       - The host's name in the download failure's message (the inventory name). Default the host's own name.
     type: str
+  gpu_support:
+    description:
+      - Check mode only - after a simulation that passes, check that the target's kernel modules can drive
+        every GPU of the host, from the driver's own table of the GPUs it supports (NVIDIA's
+        C(supported-gpus.json), read out of the target's packages in apt's cache, so after O(download)).
+        A GPU the table gives only to the other module flavour (C(kernelopen) or not,
+        C(gsp_proprietary_supported)), to a legacy branch (C(legacybranch)), or does not list fails the task
+        before any cordon, naming each GPU (PCI address, PCI ID, name), what would drive it and where the
+        table came from (RV(gpu_support)).
+      - No GPU, or no table in the target's packages, is reported, not refused.
+    type: dict
+    suboptions:
+      module_flavour:
+        description: The kernel modules the target installs (the flavour's C(module_flavour)).
+        type: str
+        choices: [open, proprietary]
+        required: true
+      gpus:
+        description:
+          - The host's GPUs, as M(npuops.fleet.npu_driver_facts) returns them
+            (RV(npuops.fleet.npu_driver_facts#module:pci_gpus)).
+        type: list
+        elements: dict
+        default: []
+      files:
+        description: Globs of the table's path inside the packages, without the leading C(./).
+        type: list
+        elements: str
+        default: []
+      flavour:
+        description: The packaging flavour's name, for the message.
+        type: str
+      other_flavours:
+        description: The flavours with the other kernel modules, named in the message as the way out.
+        type: list
+        elements: str
+        default: []
 attributes:
   check_mode:
     support: full
@@ -182,6 +219,16 @@ fetch_failures:
   returned: failure
   type: list
   elements: dict
+gpu_support:
+  description:
+    - With O(gpu_support) - C(checked) (false when the host has no GPU or the packages carry no table,
+      C(why) says which), C(source) (C(<deb>:<member>)), C(gpus) (how many were checked) and C(unsupported)
+      (each C(address), C(device_id), C(name), C(works_with), C(why); the task failed when not empty).
+  returned: in check mode, with O(gpu_support)
+  type: dict
+  sample: {checked: true, gpus: 8, unsupported: [],
+           source: "/var/cache/apt/archives/nvidia-kernel-common-550-server_550.90.07-0ubuntu1_amd64.deb:\
+             usr/share/doc/nvidia-kernel-common-550-server/supported-gpus.json"}
 stdout:
   description: apt-get's standard output.
   returned: always
@@ -192,6 +239,7 @@ stderr:
   type: str
 """
 
+import glob  # noqa: E402
 import os  # noqa: E402
 import shutil  # noqa: E402
 import socket  # noqa: E402
@@ -200,7 +248,7 @@ from urllib.parse import unquote  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.npuops.fleet.plugins.module_utils.host import apt_output, dpkg_lock  # noqa: E402
+from ansible_collections.npuops.fleet.plugins.module_utils.host import apt_output, dpkg_lock, gpu_support  # noqa: E402
 
 ENV = {
     "DEBIAN_FRONTEND": "noninteractive",
@@ -292,6 +340,61 @@ def download(module, argv, host):
     return result
 
 
+def cached_debs(targets, downloads, archives=None):
+    """The .debs of the transaction apt's cache holds: those just fetched, and the target versions fetched
+    before (apt names them ``<name>_<version, ':' as %3a>_<arch>.deb``)."""
+    archives = archives or ARCHIVES
+    paths = set()
+    for d in downloads:
+        path = unquote(d["uri"][len("file:"):]) if d["uri"].startswith("file:") else os.path.join(archives, d["file"])
+        if os.path.isfile(path):
+            paths.add(path)
+    for name, version in targets.items():
+        paths.update(glob.glob(os.path.join(archives, "%s_%s_*.deb" % (glob.escape(name.split(":", 1)[0]),
+                                                                       glob.escape(version.replace(":", "%3a"))))))
+    return sorted(paths)
+
+
+def check_gpus(module, targets, downloads, host):
+    """O(gpu_support): fail naming each GPU the target's modules cannot drive; else the result's
+    ``gpu_support``."""
+    g = module.params["gpu_support"]
+    gpus = g["gpus"] or []
+    if not gpus:
+        return dict(checked=False, why="no GPU of the vendor on the PCI bus", gpus=0, unsupported=[])
+    try:
+        found = gpu_support.table_from_debs(cached_debs(targets, downloads), g["files"],
+                                            module.get_bin_path("dpkg-deb", required=True))
+    except OSError as e:
+        module.fail_json(msg="cannot read the target's packages on %s for their supported-gpus.json: %s" % (host, e),
+                         changed=False)
+    if not found:
+        return dict(checked=False, gpus=len(gpus), unsupported=[],
+                    why="none of the target's packages in apt's cache has %s" % " or ".join(g["files"] or ["-"]))
+    text, deb, member = found
+    source = "%s:%s" % (deb, member)
+    try:
+        chips = gpu_support.parse_supported_gpus(text)
+    except ValueError as e:
+        module.fail_json(msg="the target's GPU table %s on %s cannot be read: %s" % (source, host, e), changed=False)
+    bad = gpu_support.judge(gpus, chips, g["module_flavour"])
+    res = dict(checked=True, source=source, gpus=len(gpus), unsupported=bad)
+    if bad:
+        ways = sorted({w for b in bad for w in b["works_with"]})
+        way = ("the %s kernel modules drive %s: choose a flavour with them (%s)"
+               % (ways[0], "it" if len(bad) == 1 else "them", ", ".join(g["other_flavours"]) or "none in the profile")
+               if ways and ways[0] in gpu_support.MODULE_FLAVOURS and len(ways) == 1
+               else "a GPU the target driver does not drive needs another branch or its removal from the host")
+        module.fail_json(
+            msg="preflight: the target's %s kernel modules%s cannot drive %d of the %d GPU(s) of %s, nothing was "
+            "changed: %s; %s (NVIDIA's table %s)"
+            % (g["module_flavour"], " (packaging %s)" % g["flavour"] if g.get("flavour") else "", len(bad), len(gpus),
+               host, "; ".join(b["why"] for b in bad), way, source),
+            changed=False, gpu_support=res,
+        )
+    return res
+
+
 def installed(module, names):
     """The installed instances of ``names`` (dpkg state ``ii``/``hi``): ``[(name, version)]``, the name as
     dpkg's ``${binary:Package}`` gives it: ``libfoo:i386`` for a foreign architecture's copy, ``libfoo``
@@ -344,6 +447,13 @@ def main():
             download=dict(type="bool", default=False),
             download_min_free=dict(type="int", default=15),
             host=dict(type="str"),
+            gpu_support=dict(type="dict", options=dict(
+                module_flavour=dict(type="str", choices=list(gpu_support.MODULE_FLAVOURS), required=True),
+                gpus=dict(type="list", elements="dict", default=[]),
+                files=dict(type="list", elements="str", default=[]),
+                flavour=dict(type="str"),
+                other_flavours=dict(type="list", elements="str", default=[]),
+            )),
         ),
         supports_check_mode=True,
     )
@@ -397,6 +507,9 @@ def main():
         if module.check_mode and rc == 0 and not unasked:
             # the same transaction, against the same (released) status copy, without --simulate
             fetched = download(module, [a for a in argv if a != "--simulate"], p["host"] or socket.gethostname())
+            if p["gpu_support"]:
+                fetched["gpu_support"] = check_gpus(module, targets, fetched.get("downloads") or [],
+                                                    p["host"] or socket.gethostname())
     finally:
         if status_copy:
             shutil.rmtree(os.path.dirname(status_copy), ignore_errors=True)

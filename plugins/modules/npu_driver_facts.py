@@ -100,6 +100,12 @@ options:
         value as C(status.nodeInfo.bootID)). Change it only where the booted kernel is simulated.
     type: path
     default: /proc/sys/kernel/random/boot_id
+  pci_devices_dir:
+    description:
+      - The kernel's PCI device directory, where RV(pci_gpus) are read (each device's C(vendor), C(device),
+        C(class), C(subsystem_vendor), C(subsystem_device)). Change it only where the PCI bus is simulated.
+    type: path
+    default: /sys/bus/pci/devices
   proc_version_file:
     description:
       - File with the loaded module's version when C(/sys/module/<module>/version) is absent. Default
@@ -445,6 +451,28 @@ identity:
       type: str
   sample: {machine_id: 3d1219c7c4c5404aaa1f6d2a48adfda4, system_uuid: null,
            boot_id: 0f5ef7a2-9d0c-4a5e-8f43-2c1d6a3f0b7e, hostname: gpu-node-17}
+kernel_log:
+  description:
+    - Only when a module is loaded and the driver sees fewer GPUs than RV(pci_gpus) - what this boot's kernel
+      log (C(journalctl -k -b), else C(dmesg); the newest 400 lines) says of it - C(reason)
+      C(module flavour not supported on this GPU) (the open module refusing a GPU without GSP,
+      C(not supported by open nvidia.ko because it does not include the required GPU System Processor)),
+      else C(GPU lost (hardware/PCIe)) (C(fallen off the bus), C(Xid ... 79), a failed probe), else null;
+      C(devices) (PCI addresses) and C(lines) (the kernel's lines). Null otherwise.
+  returned: always
+  type: dict
+  sample: {reason: module flavour not supported on this GPU, devices: ["0000:03:00.0"],
+           lines: ["NVRM: The NVIDIA GPU 0000:03:00.0 (PCI ID: 10de:1bb3)",
+                   "NVRM: installed in this system is not supported by open"]}
+pci_gpus:
+  description:
+    - The vendor's GPUs on the PCI bus (the profile's C(pci_vendor_id), class VGA C(0x0300) or 3D
+      controller C(0x0302); NVSwitches and bridges are not GPUs), sorted by address. Empty for a vendor
+      profile without C(pci_vendor_id) and on a host without a PCI bus.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{address: "0000:18:00.0", device_id: "0x2330", subsystem_vendor: "0x10de", subsystem_device: "0x16c1"}]
 secure_boot:
   description:
     - Secure Boot state - the last byte of the EFI variable
@@ -534,6 +562,17 @@ packaging:
     moving:
       description: O(packaging) names a flavour the host does not have installed - the host moves to it.
       type: bool
+    module_flavour:
+      description:
+        - The kernel modules the flavour installs - C(open) or C(proprietary) (NVIDIA's two); null when the
+          profile does not say.
+      type: str
+    other_module_flavours:
+      description:
+        - The profile's flavours that install the other kernel modules, those with the same build first
+          (what a refusal for a GPU the flavour's modules cannot drive suggests).
+      type: list
+      elements: str
     error:
       description: Why O(packaging) could not be used; null otherwise.
       type: str
@@ -692,6 +731,7 @@ def main():
         history_log=dict(type="path", default="/var/log/apt/history.log"),
         proc_version_file=dict(type="path"),
         boot_id_file=dict(type="path", default="/proc/sys/kernel/random/boot_id"),
+        pci_devices_dir=dict(type="path", default="/sys/bus/pci/devices"),
         device_holders=dict(type="bool", default=False),
         packaging=dict(type="str", default="auto"),
         window_record_file=dict(type="path", default=window_record.DEFAULT_PATH),

@@ -35,6 +35,8 @@ from ansible_collections.npuops.fleet.plugins.module_utils.host import (
     dkms,
     dpkg_lock,
     fabricmanager,
+    gpu_support,
+    kernel_log,
     kmod_holders,
     packaging,
     secure_boot,
@@ -76,6 +78,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "history_log": "/var/log/apt/history.log",
     "proc_version_file": None,
     "boot_id_file": "/proc/sys/kernel/random/boot_id",
+    "pci_devices_dir": "/sys/bus/pci/devices",
     "device_holders": False,
     "packaging": "auto",
 }
@@ -311,6 +314,20 @@ class Facts:
         _rc, out, _err = self.run(args)
         return out
 
+    def kernel_log(self):
+        """This boot's kernel messages, the newest 400 (journald's, else the ring buffer); None without either."""
+        journalctl = self.bin("journalctl")
+        if journalctl:
+            rc, out, _err = self.run([journalctl, "-k", "-b", "-n", "400", "--no-pager", "-o", "cat"])
+            if rc == 0 and out.strip():
+                return out
+        dmesg = self.bin("dmesg")
+        if dmesg:
+            rc, out, _err = self.run([dmesg])
+            if rc == 0:
+                return "\n".join(out.splitlines()[-400:])
+        return None
+
     def identity(self, boot_id_file):
         """The machine's identity as the kubelet reads it (module_utils/fleet/identity.py)."""
 
@@ -458,6 +475,8 @@ def gather(runner: Runner, profile: Mapping[str, Any], params: Mapping[str, Any]
 
     device_nodes = sorted(glob.glob(profile["device_glob"])) if profile.get("device_glob") else []
     device_count = len(smi["devices"]) if smi["status"] in ("ok", "no_devices") else None
+    pci_gpus = gpu_support.read_pci_gpus(p["pci_devices_dir"], profile["pci_vendor_id"]) \
+        if profile.get("pci_vendor_id") else []
     v = driver_verdict(
         loaded,
         on_disk.get(boot_kernel),
@@ -498,6 +517,7 @@ def gather(runner: Runner, profile: Mapping[str, Any], params: Mapping[str, Any]
     )
     pack = dict(flavour, **build)
     pack.setdefault("error", None)
+    pack["other_module_flavours"] = packaging.other_module_flavours(profile, pack) if pack["name"] else []
     # the target set for expected_version on the kernel that will run it, and what it replaces
     patch = kmod_versions.kernel_patch_check(installed, running, p["kernel_release"]) if p["kernel_release"] else None
     run_kernel = p["kernel_release"] if patch and patch.get("needed") else boot_kernel
@@ -635,6 +655,9 @@ def gather(runner: Runner, profile: Mapping[str, Any], params: Mapping[str, Any]
         "secure_boot": sb,
         "packaging": pack,
         "identity": f.identity(p["boot_id_file"]),
+        "kernel_log": gpu_kernel_log(f, pci_gpus, device_count, smi["status"], loaded),
+        # the vendor's GPUs on the PCI bus, what the target's supported-gpus.json is checked against
+        "pci_gpus": pci_gpus,
         "fabricmanager": fm,
         "in_use_reason": in_use,
         # kube-proxy's IPVS module loaded now (built in or a module): the upgrade loads it back after
@@ -647,6 +670,24 @@ def gather(runner: Runner, profile: Mapping[str, Any], params: Mapping[str, Any]
         "profile": profile,
     }
     return facts
+
+
+def gpu_kernel_log(f: "Facts", pci_gpus: list, device_count: Optional[int], smi_status: Optional[str],
+                   loaded: Optional[str]) -> Optional[dict[str, Any]]:
+    """Why the loaded driver sees fewer GPUs than the PCI bus has, from this boot's kernel log:
+    ``{"reason", "devices", "lines"}`` - the open module refusing a GPU without GSP
+    (kernel_log.FLAVOUR_UNSUPPORTED), else a GPU lost from the bus (kernel_log.GPU_LOST), else a null
+    reason; None while every GPU is seen (the log is not read then) or no module is loaded."""
+    seen = 0 if smi_status == "no_devices" else device_count
+    if not loaded or seen is None or not pci_gpus or seen >= len(pci_gpus):
+        return None
+    text = f.kernel_log() or ""
+    refused = kernel_log.module_flavour_unsupported(text)
+    if refused["unsupported"]:
+        return {"reason": refused["reason"], "devices": [d["address"] for d in refused["devices"]],
+                "lines": refused["lines"]}
+    lost = kernel_log.gpu_lost(text)
+    return {"reason": lost["reason"], "devices": lost["devices"], "lines": lost["lines"]}
 
 
 def ipvs_modules_loadable(runner: Runner, kernel: str, modules: list[str]) -> dict[str, bool]:

@@ -4,6 +4,9 @@
 * :func:`gpu_lost` - a GPU that has fallen off the bus (the three-line NVRM form, ``Xid ... 79``,
   nvidia-smi's ``Unable to determine the device handle``) or a failed probe: hardware / PCIe, not the
   driver version;
+* :func:`module_flavour_unsupported` - the open kernel module refused a GPU that needs the proprietary
+  one (``not supported by open nvidia.ko because it does not include the required GPU System
+  Processor``); its ``probe routine failed`` line is explained by it, so :func:`gpu_lost` does not fire;
 * :func:`loaded_version` - the version from ``NVRM: loading NVIDIA UNIX ... Kernel Module`` lines;
 * :func:`module_refused` - the kernel refused the module's signature (Secure Boot);
 * :func:`fabricmanager_mismatch` - nv-fabricmanager and the driver from different releases.
@@ -17,6 +20,7 @@ from typing import Any, Optional
 from ansible_collections.npuops.fleet.plugins.module_utils.smi_parsers import kernel_module_version
 
 GPU_LOST = "GPU lost (hardware/PCIe)"
+FLAVOUR_UNSUPPORTED = "module flavour not supported on this GPU"
 MODULE_REFUSED = "module present but refused by the kernel (signature / Secure Boot)"
 
 _TS_RE = re.compile(r"^\s*(?:\[\s*\d+\.\d+\]\s*)?")
@@ -63,13 +67,45 @@ def gpu_lost(text: str) -> dict[str, Any]:
         for x in lines
         if re.search(r"fallen off the bus|probe routine failed|Xid \(PCI:[^)]*\): 79\b|device handle for GPU", x)
     ]
-    lost = bool(devices or (probe and int(probe.group(1)) > 0) or "fallen off the bus" in joined)
+    # a probe that failed only for GPUs the open module refuses is that refusal, not a lost GPU
+    unexplained = int(probe.group(1)) - len(module_flavour_unsupported(text)["devices"]) if probe else 0
+    lost = bool(devices or unexplained > 0 or "fallen off the bus" in joined)
     return {
         "lost": lost,
         "devices": devices,
         "probe_failed": int(probe.group(1)) if probe else None,
         "lines": hits,
         "reason": GPU_LOST if lost else None,
+    }
+
+
+def module_flavour_unsupported(text: str) -> dict[str, Any]:
+    """-> ``{"unsupported": bool, "devices": [{"address" (lower case), "pci_id" ("10de:1bb3")}],
+    "lines": [the kernel's lines, as logged], "reason": FLAVOUR_UNSUPPORTED or None}``.
+
+    The open module's refusal of a GPU without GSP spans four lines (``The NVIDIA GPU <pci> (PCI ID:
+    10de:1bb3)`` / ``installed in this system is not supported by open`` / ``nvidia.ko because it does
+    not include the required GPU`` / ``System Processor (GSP).``), so lines are joined first."""
+    lines = (text or "").splitlines()
+    joined = " ".join(_strip(x) for x in lines)
+    devices: list[dict[str, str]] = []
+    for m in re.finditer(
+        r"The NVIDIA GPU (\S+)\s+\(PCI ID: ([0-9a-fA-F]{4}:[0-9a-fA-F]{4})\)\s+installed in this system is not"
+        r"\s+supported by open\s+nvidia\.ko", joined
+    ):
+        dev = {"address": m.group(1).lower().rstrip(":"), "pci_id": m.group(2).lower()}
+        if dev not in devices:
+            devices.append(dev)
+    hits = [
+        x.strip() for x in lines
+        if devices and re.search(r"supported by open|nvidia\.ko because it does not include|System Processor \(GSP\)"
+                                 r"|The NVIDIA GPU \S+\s+\(PCI ID", x)
+    ]
+    return {
+        "unsupported": bool(devices),
+        "devices": devices,
+        "lines": hits,
+        "reason": FLAVOUR_UNSUPPORTED if devices else None,
     }
 
 

@@ -52,7 +52,8 @@ def flavours(profile: Mapping[str, Any]) -> list[dict[str, Any]]:
     if profile.get("packages"):
         pk = list(profile["packages"])
         out.append(
-            {"name": "packages", "build": "dkms", "packages": pk, "detect": [_wild(p) for p in pk], "optional": []}
+            {"name": "packages", "build": "dkms", "packages": pk, "detect": [_wild(p) for p in pk], "optional": [],
+             "module_flavour": None}
         )
     for fl in profile.get("packaging") or []:
         out.append(
@@ -62,6 +63,7 @@ def flavours(profile: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "packages": [str(p) for p in fl["packages"]],
                 "detect": [str(p) for p in (fl.get("detect") or [_wild(p) for p in fl["packages"]])],
                 "optional": [str(p) for p in fl.get("optional") or []],
+                "module_flavour": fl.get("module_flavour"),
             }
         )
     return out
@@ -147,6 +149,20 @@ def choose(profile: Mapping[str, Any], installed: Iterable[str], requested: Opti
         pick = by_name.get(default) if default else None
         pick, source, evidence = pick or fls[0], "default", []
     return dict(pick, source=source, evidence=evidence, installed_flavours=found)
+
+
+def other_module_flavours(profile: Mapping[str, Any], flavour: Mapping[str, Any]) -> list[str]:
+    """The names of the profile's flavours that install the other kernel modules than ``flavour``
+    (``module_flavour`` open / proprietary): its twin first (``ubuntu-server`` for
+    ``ubuntu-server-open`` and back), then those with ``flavour``'s build, in the profile's order;
+    ``[]`` when ``flavour`` does not say which modules it installs."""
+    mine = flavour.get("module_flavour")
+    if not mine:
+        return []
+    name = str(flavour.get("name") or "")
+    twin = name[: -len("-open")] if name.endswith("-open") else name + "-open"
+    others = [f for f in flavours(profile) if f.get("module_flavour") and f["module_flavour"] != mine]
+    return [f["name"] for f in sorted(others, key=lambda f: (f["name"] != twin, f["build"] != flavour.get("build")))]
 
 
 def target_packages(flavour: Mapping[str, Any], version: str, kernel: str) -> list[str]:

@@ -261,6 +261,26 @@ def dkms_payload(deb, version, flavour="open "):
     dkms_scripts(deb, "nvidia", version)
 
 
+# The driver's table of the GPUs it supports, shaped as NVIDIA's supported-gpus.json (ids and names as
+# NVIDIA publishes them; features per its rule: Pascal/Volta proprietary only, Ampere/Hopper both,
+# Blackwell open only, Kepler left to the 470 legacy branch). A lab host's GPU is hw.conf's GPU_PCI_DEVICE.
+SUPPORTED_GPUS = {"chips": [
+    {"devid": "0x102D", "name": "Tesla K80", "legacybranch": "470.xx", "features": []},
+    {"devid": "0x1BB3", "name": "Tesla P4", "features": []},
+    {"devid": "0x1DB1", "name": "Tesla V100-SXM2-16GB", "features": []},
+    {"devid": "0x20B2", "subdevid": "0x1463", "subvendorid": "0x10DE", "name": "NVIDIA A100-SXM4-80GB",
+     "features": ["kernelopen", "gsp_proprietary_supported", "gsp_proprietary_default"]},
+    {"devid": "0x2330", "subdevid": "0x16C1", "subvendorid": "0x10DE", "name": "NVIDIA H100 80GB HBM3",
+     "features": ["kernelopen", "gsp_proprietary_supported", "gsp_proprietary_default"]},
+    {"devid": "0x2901", "subdevid": "0x1999", "subvendorid": "0x10DE", "name": "NVIDIA B200",
+     "features": ["kernelopen"]},
+]}
+
+
+def add_supported_gpus(deb):
+    deb.add("/usr/share/doc/%s/supported-gpus.json" % deb.ctl["Package"], json.dumps(SUPPORTED_GPUS, indent=1) + "\n")
+
+
 def nvidia_debs(version):
     branch = version.split(".")[0]
     full = version + "-0ubuntu1"
@@ -274,6 +294,7 @@ def nvidia_debs(version):
     common = Deb("libnvidia-common-" + sfx, full, arch="all", section="libs",
                  description="Shared files used by the NVIDIA libraries", **virt("common"))
     common.add("/usr/share/nvidia/nvidia-application-profiles-%s-rc" % version, "{}\n")
+    add_supported_gpus(common)
     debs.append(common)
 
     compute = Deb("libnvidia-compute-" + sfx, full, section="libs",
@@ -324,6 +345,7 @@ def precompiled_debs(version, index):
              description="Shared files used with the kernel module", provides="nvidia-kernel-common",
              conflicts="nvidia-kernel-common", replaces="nvidia-kernel-common")
     kc.add("/lib/firmware/nvidia/%s/gsp_ga10x.bin" % version, "simulated GSP firmware %s\n" % version)
+    add_supported_gpus(kc)
     debs = [kc]
     for rel in KERNELS:
         d = Deb("linux-modules-nvidia-%s-open-%s" % (sfx, rel), "%s+%d" % (kver(rel), index), section="kernel",
@@ -365,6 +387,7 @@ def cuda_repo_debs(version):
              description="Shared files used with the kernel module", provides="nvidia-kernel-common",
              conflicts="nvidia-kernel-common", replaces="nvidia-kernel-common")
     kc.add("/lib/firmware/nvidia/%s/gsp_ga10x.bin" % version, "simulated GSP firmware %s\n" % version)
+    add_supported_gpus(kc)
     debs.append(kc)
 
     compute = Deb("libnvidia-compute-" + branch, full, section="libs",

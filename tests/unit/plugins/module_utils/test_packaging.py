@@ -425,6 +425,7 @@ def test_detect_defaults_to_the_templates_with_wildcards():
             "packages": ["nvidia-headless-{branch}-server", "acme-{version}-{kernel}", "plain"],
             "detect": ["nvidia-headless-*-server", "acme-*-*", "plain"],
             "optional": [],
+            "module_flavour": None,
         },
         {
             "name": "x",
@@ -432,6 +433,7 @@ def test_detect_defaults_to_the_templates_with_wildcards():
             "packages": ["x-mod-{branch}-{kernel}", "x-{version}"],
             "detect": ["x-mod-*-*", "x-*"],
             "optional": [],
+            "module_flavour": None,
         },
     ]
 
@@ -619,3 +621,17 @@ def test_a_flavours_optional_must_be_a_list_of_templates(bad):
     with pytest.raises(ProfileError, match="optional must be a list of package templates"):
         resolve_profile("nvidia", {"packaging": [
             {"name": "x", "build": "dkms", "packages": ["x-{branch}"], "optional": bad}], "packaging_default": "x"})
+
+
+def test_the_other_module_flavours_are_named_same_build_first():
+    nv = resolve_profile("nvidia")
+    by = {f["name"]: f for f in packaging.flavours(nv)}
+    assert packaging.other_module_flavours(nv, by["ubuntu-server-open"]) == [
+        "ubuntu-server", "cuda-repo", "debian-tesla", "debian", "ubuntu-precompiled-server"]
+    assert packaging.other_module_flavours(nv, by["debian"]) == [
+        "debian-open", "cuda-repo-open", "ubuntu-server-open", "ubuntu-precompiled-server-open"]
+    assert packaging.other_module_flavours(nv, by["ubuntu-precompiled-server"])[0] == "ubuntu-precompiled-server-open"
+    assert packaging.other_module_flavours(nv, {"name": "packages", "build": "dkms", "module_flavour": None}) == []
+    with pytest.raises(ProfileError, match="module_flavour must be open or proprietary"):
+        resolve_profile("nvidia", {"packaging": [
+            {"name": "x", "build": "dkms", "packages": ["x"], "module_flavour": "closed"}]})

@@ -211,3 +211,107 @@ def test_a_fetch_that_would_fill_the_disk_is_refused_before_it_starts(monkeypatc
     res, apt = fetching(monkeypatch, capsys, tmp_path, {"packages": NEW, "download": True}, 0, "", {})
     assert res["failed"] is True and "under download_min_free=15% of it (15 MiB" in res["msg"], res["msg"]
     assert not any("--download-only" in a for a in apt)
+
+
+# ---- the target's modules and the host's GPUs (E3): real .debs built by dpkg-deb, read back by the module
+GPU_TABLE = {"chips": [
+    {"devid": "0x1BB3", "name": "Tesla P4", "features": []},
+    {"devid": "0x2330", "subdevid": "0x16C1", "subvendorid": "0x10DE", "name": "NVIDIA H100 80GB HBM3",
+     "features": ["kernelopen", "gsp_proprietary_supported"]},
+]}
+H100 = {"address": "0000:18:00.0", "device_id": "0x2330", "subsystem_vendor": "0x10de", "subsystem_device": "0x16c1"}
+P4 = {"address": "0000:28:00.0", "device_id": "0x1bb3", "subsystem_vendor": "0x10de", "subsystem_device": "0x0000"}
+FILES = ["usr/share/doc/*/supported-gpus.json"]
+
+
+def build_deb(tmp_path, name, files):
+    import subprocess
+
+    root = tmp_path / ("src-" + name)
+    (root / "DEBIAN").mkdir(parents=True)
+    (root / "DEBIAN" / "control").write_text(
+        "Package: %s\nVersion: 550.90.07-0ubuntu1\nArchitecture: amd64\nMaintainer: t <t@t.invalid>\n"
+        "Description: test\n" % name)
+    for path, text in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    out = tmp_path / ("%s_550.90.07-0ubuntu1_amd64.deb" % name)
+    subprocess.run(["dpkg-deb", "-Zxz", "--build", str(root), str(out)], check=True, capture_output=True)
+    return out
+
+
+def gpu_run(monkeypatch, capsys, tmp_path, gpus, table=True, flavour="open"):
+    built = tmp_path / "built"
+    built.mkdir()
+    debs = [build_deb(built, "libnvidia-compute-550-server", {"usr/lib/libnvidia-ml.so.550.90.07": "x" * 4000}),
+            build_deb(built, "nvidia-kernel-common-550-server",
+                      {"usr/share/doc/nvidia-kernel-common-550-server/supported-gpus.json": json.dumps(GPU_TABLE)}
+                      if table else {"usr/share/doc/nvidia-kernel-common-550-server/README": "no table"})]
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    uris = "".join("'http://mirror.example/pool/%s' %s %d MD5Sum:00\n" % (d.name, d.name, d.stat().st_size)
+                   for d in debs)
+    monkeypatch.setattr(mod, "ARCHIVES", str(cache))
+
+    def run_command(self, argv, **kw):
+        if argv[0].endswith("dpkg-query"):
+            return 0, "", ""
+        if "--print-uris" in argv:
+            return 0, uris, ""
+        if "--download-only" in argv:
+            for d in debs:
+                (cache / d.name).write_bytes(d.read_bytes())
+            return 0, "", ""
+        if "--simulate" in argv:
+            return 0, SIM_NEW, ""
+        raise AssertionError("unexpected call %s" % argv)
+
+    monkeypatch.setattr(AnsibleModule, "run_command", run_command)
+    monkeypatch.setattr(AnsibleModule, "get_bin_path",
+                        lambda self, name, required=False, opt_dirs=None: "/usr/bin/" + name)
+    packages = {"libnvidia-compute-550-server": "550.90.07-0ubuntu1",
+                "nvidia-kernel-common-550-server": "550.90.07-0ubuntu1"}
+    args = {"packages": packages, "download": True, "host": "gpu-7", "_ansible_check_mode": True,
+            "gpu_support": {"module_flavour": flavour, "gpus": gpus, "files": FILES, "flavour": "ubuntu-server-open",
+                            "other_flavours": ["ubuntu-server", "cuda-repo"]}}
+    with patch_module_args(args):
+        with pytest.raises(SystemExit):
+            mod.main()
+    return json.loads(capsys.readouterr().out)
+
+
+def test_open_modules_and_a_pascal_gpu_refuse_the_host_before_any_cordon(monkeypatch, capsys, tmp_path):
+    res = gpu_run(monkeypatch, capsys, tmp_path, [H100, P4])
+    assert res["failed"] is True and res["changed"] is False
+    assert res["msg"].startswith(
+        "preflight: the target's open kernel modules (packaging ubuntu-server-open) cannot drive 1 of the 2 GPU(s) "
+        "of gpu-7, nothing was changed: 0000:28:00.0 (PCI ID 10de:1bb3, Tesla P4) runs only with the proprietary "
+        "kernel modules; the proprietary kernel modules drive it: choose a flavour with them (ubuntu-server, "
+        "cuda-repo) (NVIDIA's table "), res["msg"]
+    assert res["msg"].endswith(
+        "nvidia-kernel-common-550-server_550.90.07-0ubuntu1_amd64.deb:"
+        "usr/share/doc/nvidia-kernel-common-550-server/supported-gpus.json)"), res["msg"]
+    assert [g["address"] for g in res["gpu_support"]["unsupported"]] == ["0000:28:00.0"]
+
+
+def test_gpus_the_target_drives_pass_and_say_where_the_table_came_from(monkeypatch, capsys, tmp_path):
+    res = gpu_run(monkeypatch, capsys, tmp_path, [H100])
+    assert not res.get("failed"), res.get("msg")
+    g = res["gpu_support"]
+    assert g["checked"] is True and g["gpus"] == 1 and g["unsupported"] == []
+    assert g["source"].endswith(":usr/share/doc/nvidia-kernel-common-550-server/supported-gpus.json")
+    (tmp_path / "prop").mkdir()
+    res = gpu_run(monkeypatch, capsys, tmp_path / "prop", [P4], flavour="proprietary")
+    assert not res.get("failed") and res["gpu_support"]["unsupported"] == []
+
+
+def test_no_table_or_no_gpu_is_reported_not_refused(monkeypatch, capsys, tmp_path):
+    res = gpu_run(monkeypatch, capsys, tmp_path, [P4], table=False)
+    assert not res.get("failed"), res.get("msg")
+    assert res["gpu_support"]["checked"] is False
+    assert res["gpu_support"]["why"] == (
+        "none of the target's packages in apt's cache has usr/share/doc/*/supported-gpus.json")
+    (tmp_path / "nogpu").mkdir()
+    res = gpu_run(monkeypatch, capsys, tmp_path / "nogpu", [])
+    assert res["gpu_support"] == {"checked": False, "why": "no GPU of the vendor on the PCI bus", "gpus": 0,
+                                  "unsupported": []}

@@ -700,3 +700,55 @@ def test_module_named_after_its_file_needs_no_lookup(monkeypatch, capsys):
         "/lib/modules/5.15.0-177-generic/kernel/nvidia-580srv/nvidia-uvm.ko",
         "/lib/modules/5.15.0-177-generic/kernel/nvidia-580srv/nvidia.ko",
     ]
+
+
+def pci_bus(tmp_path, devices):
+    for addr, dev in devices.items():
+        d = tmp_path / addr
+        d.mkdir(parents=True)
+        for k, v in {"vendor": "0x10de", "device": dev, "class": "0x030200", "subsystem_vendor": "0x10de",
+                     "subsystem_device": "0x0000"}.items():
+            (d / k).write_text(v + "\n")
+    return str(tmp_path)
+
+
+def gpus_missing_host(journal):
+    host = Host(fixture("nvidia-smi-no-devices.txt"), 6,
+                {"/proc/driver/nvidia/version": fixture("proc-driver-nvidia-version-open.txt")},
+                {"5.15.0-177-generic": "580.126.09", "5.15.0-179-generic": "580.126.09"})
+    host.journalctl = (0, journal, "")
+    return host
+
+
+def test_gpus_the_open_module_refused_are_named_from_the_kernel_log_e3(monkeypatch, capsys, tmp_path):
+    host = gpus_missing_host(fixture("dmesg-open-module-unsupported.txt"))
+    root = pci_bus(tmp_path, {"0000:03:00.0": "0x1bb3"})
+    run_module(monkeypatch, host, {"vendor": "nvidia", "pci_devices_dir": root})
+    f = result(capsys)["ansible_facts"]["npu_driver"]
+    assert f["pci_gpus"] == [{"address": "0000:03:00.0", "device_id": "0x1bb3", "subsystem_vendor": "0x10de",
+                              "subsystem_device": "0x0000"}]
+    assert f["device_count"] == 0
+    k = f["kernel_log"]
+    assert k["reason"] == "module flavour not supported on this GPU" and k["devices"] == ["0000:03:00.0"], k
+    assert k["lines"][0].endswith("NVRM: The NVIDIA GPU 0000:03:00.0 (PCI ID: 10de:1bb3)")
+    assert ["-k", "-b"] == [a for a in host.calls if a[0].endswith("journalctl")][0][1:3]
+
+
+def test_a_gpu_fallen_off_the_bus_is_named_lost_d16(monkeypatch, capsys, tmp_path):
+    host = gpus_missing_host(fixture("dmesg-fallen-off-bus.txt"))
+    root = pci_bus(tmp_path, {"0000:b3:00.0": "0x2330"})
+    run_module(monkeypatch, host, {"vendor": "nvidia", "pci_devices_dir": root})
+    k = result(capsys)["ansible_facts"]["npu_driver"]["kernel_log"]
+    assert k["reason"] == "GPU lost (hardware/PCIe)" and k["devices"] == ["0000:b3:00.0"], k
+
+
+def test_the_kernel_log_is_not_read_while_every_gpu_is_seen(monkeypatch, capsys, tmp_path):
+    host = Host(fixture("nvidia-smi-query-ok.txt"), 0,
+                {"/proc/driver/nvidia/version": fixture("proc-driver-nvidia-version-open.txt")},
+                {"5.15.0-177-generic": "580.126.09", "5.15.0-179-generic": "580.126.09"})
+    host.journalctl = (0, fixture("dmesg-fallen-off-bus.txt"), "")
+    root = pci_bus(tmp_path, {"0000:18:00.0": "0x2330"})
+    run_module(monkeypatch, host, {"vendor": "nvidia", "pci_devices_dir": root})
+    f = result(capsys)["ansible_facts"]["npu_driver"]
+    assert f["device_count"] >= 1 and f["kernel_log"] is None
+    assert not [a for a in host.calls if a[0].endswith("journalctl") and "-k" in a]

@@ -17,7 +17,17 @@ start)
     i=0
     case "$ACCEL" in
     nvidia)
-        while [ $i -lt "$DEVICES" ]; do : > /dev/nvidia$i; i=$((i+1)); done
+        # the PCI bus the kernel would list (the product reads it from npuops_fleet_pci_devices_dir):
+        # one 3D controller per GPU, at the bus ids the lab's nvidia-smi reports
+        rm -rf /run/npuops-lab/pci
+        while [ $i -lt "$DEVICES" ]; do
+            : > /dev/nvidia$i
+            d=/run/npuops-lab/pci/devices/$(printf '0000:%02x:00.0' $((0x18 + 0x10 * i)))
+            mkdir -p $d
+            echo 0x10de > $d/vendor; echo "${GPU_PCI_DEVICE:-0x2330}" > $d/device; echo 0x030200 > $d/class
+            echo 0x10de > $d/subsystem_vendor; echo "${GPU_PCI_SUBSYSTEM:-0x16c1}" > $d/subsystem_device
+            i=$((i+1))
+        done
         : > /dev/nvidiactl; : > /dev/nvidia-uvm; : > /dev/nvidia-uvm-tools; : > /dev/nvidia-modeset
         # where the real depmod indexed real modules (Debian's nvidia-current*.ko): only what udev
         # loads, every module the device's PCI alias matches (nvidia-current, nvidia-current-drm and

@@ -1,0 +1,197 @@
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Which kernel-module flavour of a driver can drive which GPU (case E3).
+
+NVIDIA ships with every driver its own table of the GPUs it supports, ``supported-gpus.json``
+(``{"chips": [{"devid": "0x2330", "subdevid"?, "subvendorid"?, "name", "features": [...],
+"legacybranch"?}]}``). Per chip, as NVIDIA's own tools read it:
+
+* ``legacybranch`` (``"470.xx"``): only that legacy branch drives it, not this driver;
+* ``kernelopen`` in ``features``: the open kernel modules drive it;
+* ``kernelopen`` and ``gsp_proprietary_supported``: both flavours do;
+* ``kernelopen`` without ``gsp_proprietary_supported``: the open modules only (Blackwell and newer);
+* no ``kernelopen``: the proprietary modules only (Maxwell, Pascal, Volta).
+
+The host's side is the PCI bus: NVIDIA devices (vendor ``0x10de``) of class VGA (``0x0300``) or 3D
+controller (``0x0302``), as the kernel lists them under ``/sys/bus/pci/devices``. NVSwitches and
+bridges are other classes and are not GPUs.
+
+:func:`read_pci_gpus` reads sysfs and :func:`table_from_debs` the target's packages (the I/O here);
+:func:`parse_supported_gpus` and :func:`judge` are pure.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import subprocess
+import tarfile
+from typing import Any, Iterable, Mapping, Optional
+
+from ansible_collections.npuops.fleet.plugins.module_utils.vendor_profiles import MODULE_FLAVOURS
+
+NVIDIA_VENDOR = "0x10de"
+GPU_CLASSES = ("0x0300", "0x0302")
+
+
+def _hex(value: Any) -> str:
+    """``"0x2330"``, ``"2330"``, ``0x2330`` -> ``"0x2330"`` (lower case, 4 digits); "" when unreadable."""
+    text = str(value if value is not None else "").strip().lower()
+    if text.startswith("0x"):
+        text = text[2:]
+    try:
+        return "0x%04x" % int(text, 16)
+    except ValueError:
+        return ""
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def read_pci_gpus(root: str = "/sys/bus/pci/devices", vendor: str = NVIDIA_VENDOR) -> list[dict[str, str]]:
+    """The GPUs of ``vendor`` on the PCI bus, sorted by address: ``[{"address": "0000:18:00.0",
+    "device_id": "0x2330", "subsystem_vendor": "0x10de", "subsystem_device": "0x16c1"}]``. A missing
+    ``root`` (no PCI bus, a container) gives ``[]``."""
+    try:
+        entries = sorted(os.listdir(root))
+    except OSError:
+        return []
+    want = _hex(vendor)
+    out = []
+    for address in entries:
+        d = os.path.join(root, address)
+        if _hex(_read(os.path.join(d, "vendor"))) != want:
+            continue
+        # class is 0xCCSSPP (class, subclass, programming interface): the first two bytes decide
+        cls = _read(os.path.join(d, "class")).lower()
+        if cls[:6] not in GPU_CLASSES:
+            continue
+        out.append({
+            "address": address.lower(),
+            "device_id": _hex(_read(os.path.join(d, "device"))),
+            "subsystem_vendor": _hex(_read(os.path.join(d, "subsystem_vendor"))),
+            "subsystem_device": _hex(_read(os.path.join(d, "subsystem_device"))),
+        })
+    return out
+
+
+def table_from_debs(debs: Iterable[str], members: Iterable[str], dpkg_deb: str = "dpkg-deb",
+                    max_bytes: int = 16 << 20) -> Optional[tuple[str, str, str]]:
+    """The first member of the packages' data matching one of ``members`` (globs such as
+    ``usr/share/doc/*/supported-gpus.json``, matched without the leading ``./``), read without
+    unpacking the packages: ``(text, deb path, member)``, or None when no package has one.
+
+    Each ``.deb`` is streamed through ``dpkg-deb --fsys-tarfile`` (whatever its compression, zstd
+    included) and read until the member, smallest package first (the table travels in the small
+    common packages, not in the libraries). Raises OSError when dpkg-deb cannot read a package, naming
+    it and dpkg-deb's words; a member over ``max_bytes`` is refused the same way."""
+    globs = list(members)
+    for deb in sorted(debs, key=lambda d: (os.path.getsize(d) if os.path.exists(d) else 0, d)):
+        # streamed, not run_command: that would hold a library package's whole data (hundreds of MB)
+        proc = subprocess.Popen(  # pylint: disable=ansible-bad-function
+            [dpkg_deb, "--fsys-tarfile", deb], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        found = None
+        try:
+            with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+                for info in tar:
+                    name = info.name[2:] if info.name.startswith("./") else info.name
+                    if info.isfile() and any(fnmatch.fnmatchcase(name, g) for g in globs):
+                        if info.size > max_bytes:
+                            raise OSError("%s: %s is %d bytes, more than a GPU table" % (deb, name, info.size))
+                        f = tar.extractfile(info)
+                        found = (f.read().decode("utf-8", "replace") if f else "", deb, name)
+                        break
+        except tarfile.TarError as e:
+            proc.kill()
+            err = proc.communicate()[1].decode("utf-8", "replace").strip()
+            raise OSError("dpkg-deb --fsys-tarfile %s: %s" % (deb, err or e)) from None
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
+        if found:
+            return found
+    return None
+
+
+def parse_supported_gpus(text: str) -> list[dict[str, Any]]:
+    """``supported-gpus.json`` -> its chips, each ``{"devid", "subdevid", "subvendorid" (lower-case hex
+    or None), "name", "features" (lower case), "legacybranch" (or None)}``.
+
+    Raises ValueError when the text is not that table (not JSON, no ``chips`` list, a chip without
+    ``devid``), naming what is wrong."""
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise ValueError("not JSON: %s" % e) from None
+    chips = data.get("chips") if isinstance(data, Mapping) else None
+    if not isinstance(chips, list):
+        raise ValueError("no 'chips' list at the top level")
+    out = []
+    for i, chip in enumerate(chips):
+        if not isinstance(chip, Mapping) or not _hex(chip.get("devid")):
+            raise ValueError("chips[%d] has no hexadecimal devid: %r" % (i, chip))
+        out.append({
+            "devid": _hex(chip["devid"]),
+            "subdevid": _hex(chip["subdevid"]) if chip.get("subdevid") else None,
+            "subvendorid": _hex(chip["subvendorid"]) if chip.get("subvendorid") else None,
+            "name": str(chip.get("name") or ""),
+            "features": [str(f).lower() for f in chip.get("features") or []],
+            "legacybranch": str(chip["legacybranch"]) if chip.get("legacybranch") else None,
+        })
+    return out
+
+
+def _chip_for(gpu: Mapping[str, str], chips: Iterable[Mapping[str, Any]]) -> Optional[Mapping[str, Any]]:
+    """The table's entry for this GPU: the one naming its subsystem ids, else the one for its device id
+    alone, else any with its device id."""
+    same = [c for c in chips if c["devid"] == gpu.get("device_id")]
+    for c in same:
+        if c["subdevid"] and c["subdevid"] == gpu.get("subsystem_device") \
+                and (not c["subvendorid"] or c["subvendorid"] == gpu.get("subsystem_vendor")):
+            return c
+    return next((c for c in same if not c["subdevid"]), same[0] if same else None)
+
+
+def flavours_for(chip: Mapping[str, Any]) -> list[str]:
+    """The module flavours of this driver that drive ``chip`` (``[]`` for a legacy-branch chip)."""
+    if chip.get("legacybranch"):
+        return []
+    feats = chip.get("features") or []
+    if "kernelopen" not in feats:
+        return ["proprietary"]
+    return ["open", "proprietary"] if "gsp_proprietary_supported" in feats else ["open"]
+
+
+def judge(gpus: Iterable[Mapping[str, str]], chips: list[Mapping[str, Any]], modules: str) -> list[dict[str, Any]]:
+    """The GPUs the ``modules`` flavour (``open`` / ``proprietary``) of the driver whose table is
+    ``chips`` cannot drive: ``[{"address", "device_id", "name", "works_with": [flavours] or
+    ["legacy branch 470.xx"] or [], "why"}]`` (empty: every GPU is driven)."""
+    if modules not in MODULE_FLAVOURS:
+        raise ValueError("kernel modules must be one of %s, not %r" % (", ".join(MODULE_FLAVOURS), modules))
+    out = []
+    for gpu in gpus:
+        chip = _chip_for(gpu, chips)
+        ident = "10de:%s" % (gpu.get("device_id") or "?")[2:]
+        if chip is None:
+            out.append(dict(address=gpu.get("address"), device_id=gpu.get("device_id"), name=None, works_with=[],
+                            why="%s (PCI ID %s) is not in the target driver's supported-gpus.json"
+                                % (gpu.get("address"), ident)))
+            continue
+        works = flavours_for(chip)
+        if modules in works:
+            continue
+        label = "%s (PCI ID %s, %s)" % (gpu.get("address"), ident, chip["name"] or "unnamed")
+        if chip["legacybranch"]:
+            why = "%s is driven only by the legacy branch %s" % (label, chip["legacybranch"])
+            works = ["legacy branch %s" % chip["legacybranch"]]
+        else:
+            why = "%s runs only with the %s kernel modules" % (label, works[0])
+        out.append(dict(address=gpu.get("address"), device_id=gpu.get("device_id"), name=chip["name"],
+                        works_with=works, why=why))
+    return out

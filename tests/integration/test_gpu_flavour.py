@@ -1,0 +1,88 @@
+"""The target's kernel modules must drive every GPU of the host, checked before any cordon (E3).
+
+NVIDIA's open kernel modules do not drive Maxwell, Pascal or Volta GPUs (no GSP); installed anyway,
+the module loads and initializes no GPU. The preflight reads the driver's own table of the GPUs it
+supports (the lab packages carry a supported-gpus.json shaped as NVIDIA's) out of the target's
+packages and the host's GPUs off its PCI bus (the lab writes that bus under /run/npuops-lab/pci from
+hw.conf). A scratch host with the open flavour (ubuntu-server-open, 535): with its H100s the plan says
+the table was checked; with its GPUs turned into Tesla P4s (10de:1bb3) the plan refuses the host and
+the window fails it in the preflight, naming each GPU and the flavours that would drive it, with the
+node untouched (no state label, schedulable) and dpkg's view of the host unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from scratchhost import dpkg, play, scratch_host
+from test_host_lost import hx
+
+pytestmark = pytest.mark.lab
+
+OLD, TARGET = "535.183.06", "550.90.07"
+KERNEL = "5.15.0-107-generic"
+STATE = "nvidia.com/gpu-driver-upgrade-state"
+PCI = "/run/npuops-lab/pci/devices"
+
+
+def window(name: str, report_dir, *extra) -> list:
+    return [
+        "maintenance_window.yml",
+        f"maintenance_hosts={name}",
+        f"maintenance_report_dir={report_dir}",
+        f"maintenance_lease_name=gpuflavour-{uuid.uuid4().hex[:5]}",
+        {
+            "driver_upgrade_policy": {"maxParallelUpgrades": 0, "maxUnavailable": "100%",
+                                      "drain": {"enable": False}, "reboot": {"enable": False}},
+            "driver_upgrade_target_version": TARGET,
+        },
+        *extra,
+    ]
+
+
+def host_row(report_dir, name, kind="latest") -> dict:
+    return {x["host"]: x for x in json.loads((report_dir / f"{kind}.json").read_text())["hosts"]}[name]
+
+
+def test_open_modules_and_pascal_gpus_are_refused_before_any_cordon(core_v1, lab_kubeconfig, tmp_path):
+    with scratch_host(core_v1, "lab-gpuflavour", ["--kernel", KERNEL, "--driver", OLD], "535") as name:
+        report_dir = tmp_path / "reports"
+        report_dir.mkdir()
+        gpus = hx(name, f"ls {PCI}").stdout.split()
+        assert gpus == ["0000:18:00.0", "0000:28:00.0"], gpus
+        assert hx(name, "dpkg-query -W -f='${Package}\\n' 'nvidia-dkms-*'").stdout.split() == [
+            "nvidia-dkms-535-server-open"]
+
+        # H100s: the table in the target's packages drives them; the plan says where it came from
+        rc, out = play(name, lab_kubeconfig, report_dir, *window(name, report_dir, "maintenance_mode=plan"))
+        assert rc == 0, out[-4000:]
+        row = host_row(report_dir, name, "latest-plan")
+        assert row["status"] == "would-upgrade", row
+        g = row["gpu_support"]
+        assert g["checked"] is True and g["gpus"] == 2 and g["unsupported"] == [], g
+        assert "550.90.07" in g["source"] and g["source"].endswith("-550-server/supported-gpus.json"), g
+
+        # the same host with Pascal GPUs (Tesla P4)
+        for addr in gpus:
+            assert hx(name, f"echo 0x1bb3 > {PCI}/{addr}/device; echo 0x0000 > {PCI}/{addr}/subsystem_device"
+                      ).returncode == 0
+        before = dpkg(name)
+        why = (f"preflight: the target's open kernel modules (packaging ubuntu-server-open) cannot drive 2 of the 2 "
+               f"GPU(s) of {name}, nothing was changed: 0000:18:00.0 (PCI ID 10de:1bb3, Tesla P4) runs only with "
+               f"the proprietary kernel modules; 0000:28:00.0 (PCI ID 10de:1bb3, Tesla P4) runs only with the "
+               f"proprietary kernel modules; the proprietary kernel modules drive them: choose a flavour with them "
+               f"(ubuntu-server, cuda-repo, debian-tesla, debian, ubuntu-precompiled-server)")
+        rc, out = play(name, lab_kubeconfig, report_dir, *window(name, report_dir, "maintenance_mode=plan"))
+        row = host_row(report_dir, name, "latest-plan")
+        assert row["status"] == "refused" and why in (row["reason"] or ""), row
+
+        rc, out = play(name, lab_kubeconfig, report_dir, *window(name, report_dir))
+        assert rc != 0, out[-4000:]
+        h = host_row(report_dir, name)
+        assert h["status"] == "failed" and h["failed_phase"] == "preflight" and why in h["reason"], h
+        node = core_v1.read_node(name)
+        assert STATE not in (node.metadata.labels or {}) and not node.spec.unschedulable, node.metadata.labels
+        assert dpkg(name) == before
+        assert hx(name, "cat /sys/module/nvidia/version").stdout.strip() == OLD
