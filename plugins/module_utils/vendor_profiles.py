@@ -91,6 +91,11 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
             "usr/share/nvidia/supported-gpus.json",
             "usr/share/nvidia/supported-gpus/supported-gpus.json",
         ],
+        # the packages of the target set searched for it (small ones: the libraries and the firmware are
+        # never read). Ubuntu ships it in nvidia-driver-<branch>[-server] (ubuntu-drivers-common's
+        # gpu-manager reads /usr/share/doc/nvidia-driver-<branch>[-server]/supported-gpus.json); a flavour
+        # whose set has none of these (the precompiled ones) is reported as not checked.
+        "supported_gpus_packages": ["nvidia-driver-*", "nvidia-kernel-common-*", "libnvidia-common-*"],
         "pci_vendor_id": "0x10de",
         # The DRA driver's kubelet plugin pods (a DaemonSet holding the driver): paused like an operand,
         # which needs a deploy label in its nodeSelector (operands.unpausable_dra_plugins).
@@ -338,6 +343,7 @@ _OPTIONAL_TYPES: dict[str, type] = {
     "visible_devices_env": str,
     "dra_kubelet_plugin_selector": str,
     "supported_gpus_files": list,
+    "supported_gpus_packages": list,
     "pci_vendor_id": str,
 }
 

@@ -86,10 +86,13 @@ options:
         every GPU of the host, from the driver's own table of the GPUs it supports (NVIDIA's
         C(supported-gpus.json), read out of the target's packages in apt's cache, so after O(download)).
         A GPU the table gives only to the other module flavour (C(kernelopen) or not,
-        C(gsp_proprietary_supported)), to a legacy branch (C(legacybranch)), or does not list fails the task
+        C(gsp_proprietary_supported)) or to a legacy branch (C(legacybranch)) fails the task
         before any cordon, naming each GPU (PCI address, PCI ID, name), what would drive it and where the
         table came from (RV(gpu_support)).
-      - No GPU, or no table in the target's packages, is reported, not refused.
+      - No GPU, or no table in the target's packages (a warning), is reported, not refused; nor is a GPU the
+        table does not list (C(unlisted); NVIDIA's own tools take an unknown id for a GPU newer than the table).
+        A table that marks no chip C(gsp_proprietary_supported) (before branch 560) gives every C(kernelopen)
+        chip to both flavours. Each package is read through C(dpkg-deb --fsys-tarfile) within 120 seconds.
     type: dict
     suboptions:
       module_flavour:
@@ -117,6 +120,16 @@ options:
         type: list
         elements: str
         default: []
+      packages:
+        description:
+          - fnmatch patterns of the package names searched for the table (the small packages that carry it,
+            so that the libraries are never read); empty searches every target package.
+        type: list
+        elements: str
+        default: []
+      remedy:
+        description: What the caller can set instead, appended to the refusal.
+        type: str
 attributes:
   check_mode:
     support: full
@@ -222,11 +235,12 @@ fetch_failures:
 gpu_support:
   description:
     - With O(gpu_support) - C(checked) (false when the host has no GPU or the packages carry no table,
-      C(why) says which), C(source) (C(<deb>:<member>)), C(gpus) (how many were checked) and C(unsupported)
-      (each C(address), C(device_id), C(name), C(works_with), C(why); the task failed when not empty).
+      C(why) says which), C(source) (C(<deb>:<member>)), C(gpus) (how many were checked), C(unsupported)
+      (each C(address), C(device_id), C(name), C(works_with), C(why); the task failed when not empty) and
+      C(unlisted) (each C(address), C(device_id); not in the table, not judged).
   returned: in check mode, with O(gpu_support)
   type: dict
-  sample: {checked: true, gpus: 8, unsupported: [],
+  sample: {checked: true, gpus: 8, unsupported: [], unlisted: [],
            source: "/var/cache/apt/archives/nvidia-kernel-common-550-server_550.90.07-0ubuntu1_amd64.deb:\
              usr/share/doc/nvidia-kernel-common-550-server/supported-gpus.json"}
 stdout:
@@ -239,6 +253,7 @@ stderr:
   type: str
 """
 
+import fnmatch  # noqa: E402
 import glob  # noqa: E402
 import os  # noqa: E402
 import shutil  # noqa: E402
@@ -340,16 +355,22 @@ def download(module, argv, host):
     return result
 
 
-def cached_debs(targets, downloads, archives=None):
+def cached_debs(targets, downloads, archives=None, packages=None):
     """The .debs of the transaction apt's cache holds: those just fetched, and the target versions fetched
-    before (apt names them ``<name>_<version, ':' as %3a>_<arch>.deb``)."""
+    before (apt names them ``<name>_<version, ':' as %3a>_<arch>.deb``); with ``packages`` (fnmatch
+    patterns of package names), only those packages'."""
     archives = archives or ARCHIVES
+    want = [(n, v) for n, v in targets.items()
+            if not packages or any(fnmatch.fnmatchcase(n.split(":", 1)[0], pat) for pat in packages)]
+    names = {n.split(":", 1)[0] for n, _v in want}
     paths = set()
     for d in downloads:
+        if d["name"].split(":", 1)[0] not in names:
+            continue
         path = unquote(d["uri"][len("file:"):]) if d["uri"].startswith("file:") else os.path.join(archives, d["file"])
         if os.path.isfile(path):
             paths.add(path)
-    for name, version in targets.items():
+    for name, version in want:
         paths.update(glob.glob(os.path.join(archives, "%s_%s_*.deb" % (glob.escape(name.split(":", 1)[0]),
                                                                        glob.escape(version.replace(":", "%3a"))))))
     return sorted(paths)
@@ -357,39 +378,50 @@ def cached_debs(targets, downloads, archives=None):
 
 def check_gpus(module, targets, downloads, host):
     """O(gpu_support): fail naming each GPU the target's modules cannot drive; else the result's
-    ``gpu_support``."""
+    ``gpu_support`` (a warning when no table could be read)."""
     g = module.params["gpu_support"]
     gpus = g["gpus"] or []
     if not gpus:
-        return dict(checked=False, why="no GPU of the vendor on the PCI bus", gpus=0, unsupported=[])
+        return dict(checked=False, why="no GPU of the vendor on the PCI bus", gpus=0, unsupported=[], unlisted=[])
     try:
-        found = gpu_support.table_from_debs(cached_debs(targets, downloads), g["files"],
-                                            module.get_bin_path("dpkg-deb", required=True))
+        found = gpu_support.table_from_debs(cached_debs(targets, downloads, packages=g["packages"] or None),
+                                            g["files"], module.get_bin_path("dpkg-deb", required=True))
     except OSError as e:
         module.fail_json(msg="cannot read the target's packages on %s for their supported-gpus.json: %s" % (host, e),
                          changed=False)
     if not found:
-        return dict(checked=False, gpus=len(gpus), unsupported=[],
-                    why="none of the target's packages in apt's cache has %s" % " or ".join(g["files"] or ["-"]))
+        where = " or ".join(g["packages"] or ["the target's packages"])
+        why = ("not checked in a plan: the target's packages are not in apt's cache yet (the window fetches "
+               "them, then checks)" if not module.params["download"] else
+               "none of %s in the transaction has %s" % (where, " or ".join(g["files"] or ["-"])))
+        if module.params["download"]:
+            module.warn("the GPUs of %s were not checked against the target driver's supported-gpus.json: %s"
+                        % (host, why))
+        return dict(checked=False, gpus=len(gpus), unsupported=[], unlisted=[], why=why)
     text, deb, member = found
     source = "%s:%s" % (deb, member)
     try:
         chips = gpu_support.parse_supported_gpus(text)
     except ValueError as e:
         module.fail_json(msg="the target's GPU table %s on %s cannot be read: %s" % (source, host, e), changed=False)
-    bad = gpu_support.judge(gpus, chips, g["module_flavour"])
-    res = dict(checked=True, source=source, gpus=len(gpus), unsupported=bad)
+    judged = gpu_support.judge(gpus, chips, g["module_flavour"])
+    bad = judged["unsupported"]
+    res = dict(checked=True, source=source, gpus=len(gpus), **judged)
     if bad:
-        ways = sorted({w for b in bad for w in b["works_with"]})
-        way = ("the %s kernel modules drive %s: choose a flavour with them (%s)"
-               % (ways[0], "it" if len(bad) == 1 else "them", ", ".join(g["other_flavours"]) or "none in the profile")
-               if ways and ways[0] in gpu_support.MODULE_FLAVOURS and len(ways) == 1
-               else "a GPU the target driver does not drive needs another branch or its removal from the host")
+        ways = {tuple(b["works_with"]) for b in bad}
+        other = [w for w in gpu_support.MODULE_FLAVOURS if w != g["module_flavour"]][0]
+        if ways == {(other,)}:
+            way = "the %s kernel modules drive %s: choose a flavour with them (%s)" % (
+                other, "it" if len(bad) == 1 else "them", ", ".join(g["other_flavours"]) or "none in the profile")
+        elif all(w == (other,) or w[0].startswith("legacy") for w in ways):
+            way = "a GPU left to a legacy branch needs that branch, not this target"
+        else:
+            way = "no one flavour of this driver drives them all"
         module.fail_json(
             msg="preflight: the target's %s kernel modules%s cannot drive %d of the %d GPU(s) of %s, nothing was "
-            "changed: %s; %s (NVIDIA's table %s)"
+            "changed: %s; %s%s (NVIDIA's table %s)"
             % (g["module_flavour"], " (packaging %s)" % g["flavour"] if g.get("flavour") else "", len(bad), len(gpus),
-               host, "; ".join(b["why"] for b in bad), way, source),
+               host, "; ".join(b["why"] for b in bad), way, "; " + g["remedy"] if g.get("remedy") else "", source),
             changed=False, gpu_support=res,
         )
     return res
@@ -453,6 +485,8 @@ def main():
                 files=dict(type="list", elements="str", default=[]),
                 flavour=dict(type="str"),
                 other_flavours=dict(type="list", elements="str", default=[]),
+                packages=dict(type="list", elements="str", default=[]),
+                remedy=dict(type="str"),
             )),
         ),
         supports_check_mode=True,

@@ -453,12 +453,14 @@ identity:
            boot_id: 0f5ef7a2-9d0c-4a5e-8f43-2c1d6a3f0b7e, hostname: gpu-node-17}
 kernel_log:
   description:
-    - Only when a module is loaded and the driver sees fewer GPUs than RV(pci_gpus) - what this boot's kernel
-      log (C(journalctl -k -b), else C(dmesg); the newest 400 lines) says of it - C(reason)
-      C(module flavour not supported on this GPU) (the open module refusing a GPU without GSP,
-      C(not supported by open nvidia.ko because it does not include the required GPU System Processor)),
-      else C(GPU lost (hardware/PCIe)) (C(fallen off the bus), C(Xid ... 79), a failed probe), else null;
-      C(devices) (PCI addresses) and C(lines) (the kernel's lines). Null otherwise.
+    - Only when the driver sees fewer GPUs than RV(pci_gpus) (none when no module is loaded - a driver that
+      refused every GPU does not stay loaded) - what this boot's kernel log (C(journalctl -k -b), else
+      C(dmesg)) says of the driver's last load (from its last C(Nvlink Core is being initialized) line) -
+      C(reason) C(module flavour not supported on this GPU) (the open module and a GPU without GSP, the
+      proprietary module and a GPU that C(requires use of the NVIDIA open kernel modules)),
+      C(GPU not supported by this driver release), else C(GPU lost (hardware/PCIe)) (C(fallen off the bus),
+      C(Xid ... 79), a failed probe the refusals do not explain), else null; C(devices) (PCI addresses) and
+      C(lines) (the kernel's lines). Null otherwise.
   returned: always
   type: dict
   sample: {reason: module flavour not supported on this GPU, devices: ["0000:03:00.0"],

@@ -101,7 +101,8 @@ CASES.update({
     "apiserver-down-validation": {"kind": "api", "at": "validation-required"},
     # down while the host's state is restored, so the kube-proxy wait and the uncordon meet the outage
     "apiserver-down-verify": {"kind": "api",
-                              "at_task": "Restore the host's pre-window state before the uncordon"},
+                              "at_task": "Restore the host's pre-window state before the uncordon",
+                              "expect_retry": "Wait for kube-proxy on the node to be Running"},
     "dpkg-lock": {"kind": "dpkg", "at": "cordon-required"},
     "two-windows": {"kind": "two"},
     "stale-lease": {"kind": "stale", "at": "pod-restart-required"},
@@ -830,6 +831,10 @@ def run_case(ctx: Case) -> None:
         ok = ctx.check(a.rc == 0 and row.get("final_state") == "upgrade-done",
                        "window survived the outage: rc=%s status=%s reason=%s"
                        % (a.rc, row.get("status"), (row.get("reason") or "")[:300]))
+        if sp.get("expect_retry"):
+            retried = [ln for ln in a.out.splitlines() if "FAILED - RETRYING" in ln and sp["expect_retry"] in ln]
+            ctx.check(bool(retried), "the outage met %r: %s"
+                      % (sp["expect_retry"], (retried or ["no retry logged"])[0]))
         if not ok:
             ctx.expect_done(ctx.rerun(a, "rerun", pol))
 

@@ -9,8 +9,10 @@ dpkg's view of it.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -49,6 +51,28 @@ def play(name: str, kubeconfig: str, report_dir: Path, book: str, *extra: Any) -
     inv = report_dir / "hosts.yml"
     inv.write_text(f"all:\n  children:\n    gpu_nodes:\n      hosts:\n        {name}:\n")
     return run_playbook(book, [str(REPO / "inventories" / "lab"), str(inv)], extra, kubeconfig, report_dir)
+
+
+def reload_window(name: str, report_dir: Path, target: str, *extra: Any) -> list:
+    """play()'s arguments for maintenance_window.yml on ``name`` alone to ``target``: its own Lease, no
+    drain, no reboot, no width limit (the host's reload path is what these tests look at)."""
+    return [
+        "maintenance_window.yml",
+        f"maintenance_hosts={name}",
+        f"maintenance_report_dir={report_dir}",
+        f"maintenance_lease_name=scratch-{uuid.uuid4().hex[:5]}",
+        {
+            "driver_upgrade_policy": {"maxParallelUpgrades": 0, "maxUnavailable": "100%",
+                                      "drain": {"enable": False}, "reboot": {"enable": False}},
+            "driver_upgrade_target_version": target,
+        },
+        *extra,
+    ]
+
+
+def host_row(report_dir: Path, name: str, kind: str = "latest") -> dict:
+    """The host's row of the window's summary (``latest``) or plan (``latest-plan``)."""
+    return {x["host"]: x for x in json.loads((report_dir / f"{kind}.json").read_text())["hosts"]}[name]
 
 
 def dpkg(name: str) -> dict[str, tuple[str, str]]:

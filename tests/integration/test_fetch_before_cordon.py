@@ -12,11 +12,8 @@ refreshed lists is refused as not in the apt sources; with the file back the win
 
 from __future__ import annotations
 
-import json
-import uuid
-
 import pytest
-from scratchhost import dpkg, play, scratch_host
+from scratchhost import dpkg, host_row, play, reload_window, scratch_host
 from test_host_lost import hx
 
 pytestmark = pytest.mark.lab
@@ -71,22 +68,7 @@ def mirrored_host(core_v1):
 
 
 def window(name: str, report_dir, *extra) -> list:
-    return [
-        "maintenance_window.yml",
-        f"maintenance_hosts={name}",
-        f"maintenance_report_dir={report_dir}",
-        f"maintenance_lease_name=fetch-{uuid.uuid4().hex[:5]}",
-        {
-            "driver_upgrade_policy": {"maxParallelUpgrades": 0, "maxUnavailable": "100%",
-                                      "drain": {"enable": False}, "reboot": {"enable": False}},
-            "driver_upgrade_target_version": TARGET,
-        },
-        *extra,
-    ]
-
-
-def host_row(report_dir, name, kind="latest") -> dict:
-    return {x["host"]: x for x in json.loads((report_dir / f"{kind}.json").read_text())["hosts"]}[name]
+    return reload_window(name, report_dir, TARGET, *extra)
 
 
 def untouched(core_v1, name, before) -> None:

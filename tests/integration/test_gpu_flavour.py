@@ -12,11 +12,8 @@ node untouched (no state label, schedulable) and dpkg's view of the host unchang
 
 from __future__ import annotations
 
-import json
-import uuid
-
 import pytest
-from scratchhost import dpkg, play, scratch_host
+from scratchhost import dpkg, host_row, play, reload_window, scratch_host
 from test_host_lost import hx
 
 pytestmark = pytest.mark.lab
@@ -28,22 +25,7 @@ PCI = "/run/npuops-lab/pci/devices"
 
 
 def window(name: str, report_dir, *extra) -> list:
-    return [
-        "maintenance_window.yml",
-        f"maintenance_hosts={name}",
-        f"maintenance_report_dir={report_dir}",
-        f"maintenance_lease_name=gpuflavour-{uuid.uuid4().hex[:5]}",
-        {
-            "driver_upgrade_policy": {"maxParallelUpgrades": 0, "maxUnavailable": "100%",
-                                      "drain": {"enable": False}, "reboot": {"enable": False}},
-            "driver_upgrade_target_version": TARGET,
-        },
-        *extra,
-    ]
-
-
-def host_row(report_dir, name, kind="latest") -> dict:
-    return {x["host"]: x for x in json.loads((report_dir / f"{kind}.json").read_text())["hosts"]}[name]
+    return reload_window(name, report_dir, TARGET, *extra)
 
 
 def test_open_modules_and_pascal_gpus_are_refused_before_any_cordon(core_v1, lab_kubeconfig, tmp_path):
@@ -62,7 +44,8 @@ def test_open_modules_and_pascal_gpus_are_refused_before_any_cordon(core_v1, lab
         assert row["status"] == "would-upgrade", row
         g = row["gpu_support"]
         assert g["checked"] is True and g["gpus"] == 2 and g["unsupported"] == [], g
-        assert "550.90.07" in g["source"] and g["source"].endswith("-550-server/supported-gpus.json"), g
+        assert g["source"].endswith("nvidia-driver-550-server-open_550.90.07-0ubuntu1_amd64.deb:"
+                                    "usr/share/doc/nvidia-driver-550-server-open/supported-gpus.json"), g
 
         # the same host with Pascal GPUs (Tesla P4)
         for addr in gpus:
@@ -73,7 +56,9 @@ def test_open_modules_and_pascal_gpus_are_refused_before_any_cordon(core_v1, lab
                f"GPU(s) of {name}, nothing was changed: 0000:18:00.0 (PCI ID 10de:1bb3, Tesla P4) runs only with "
                f"the proprietary kernel modules; 0000:28:00.0 (PCI ID 10de:1bb3, Tesla P4) runs only with the "
                f"proprietary kernel modules; the proprietary kernel modules drive them: choose a flavour with them "
-               f"(ubuntu-server, cuda-repo, debian-tesla, debian, ubuntu-precompiled-server)")
+               f"(ubuntu-server, cuda-repo, ubuntu-precompiled-server); set driver_upgrade_packaging to one of them "
+               f"for this host (host_vars or group_vars), or driver_upgrade_gpu_support_check: false to skip this "
+               f"check (NVIDIA's table ")
         rc, out = play(name, lab_kubeconfig, report_dir, *window(name, report_dir, "maintenance_mode=plan"))
         row = host_row(report_dir, name, "latest-plan")
         assert row["status"] == "refused" and why in (row["reason"] or ""), row

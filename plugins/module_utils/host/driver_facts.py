@@ -315,18 +315,33 @@ class Facts:
         return out
 
     def kernel_log(self):
-        """This boot's kernel messages, the newest 400 (journald's, else the ring buffer); None without either."""
+        """This boot's kernel messages of the NVIDIA driver's last load (journald's, else the ring buffer):
+        the NVRM lines and their continuations from the last ``Nvlink Core is being initialized`` line
+        (nvidia.ko's init), else after the load line before the last (a refusal from an earlier load in
+        the same boot is not this one's); None without either tool."""
+        out = None
         journalctl = self.bin("journalctl")
         if journalctl:
-            rc, out, _err = self.run([journalctl, "-k", "-b", "-n", "400", "--no-pager", "-o", "cat"])
-            if rc == 0 and out.strip():
-                return out
-        dmesg = self.bin("dmesg")
-        if dmesg:
-            rc, out, _err = self.run([dmesg])
-            if rc == 0:
-                return "\n".join(out.splitlines()[-400:])
-        return None
+            rc, text, _err = self.run([journalctl, "-k", "-b", "-q", "--no-pager", "-o", "cat"])
+            out = text if rc == 0 and text.strip() else None
+        if out is None and self.bin("dmesg"):
+            rc, text, _err = self.run([self.bin("dmesg")])
+            out = text if rc == 0 else None
+        if out is None:
+            return None
+        keep, cont = [], False
+        for line in out.splitlines():
+            # a message's continuation lines carry no NVRM of their own in some formats: keep those too
+            cont = "NVRM" in line or "nvidia-nvlink" in line or (cont and line[:1].isspace())
+            if cont:
+                keep.append(line)
+        # nvidia.ko's init starts with the NVLink core's line; the probe's messages come before the
+        # "loading NVIDIA UNIX" line and those of a device's first open after it, so that line bounds nothing
+        starts = [i for i, x in enumerate(keep) if "Nvlink Core is being initialized" in x]
+        if starts:
+            return "\n".join(keep[starts[-1]:])
+        loads = [i for i, x in enumerate(keep) if "loading NVIDIA UNIX" in x]
+        return "\n".join(keep[loads[-2] + 1 if len(loads) > 1 else 0:])
 
     def identity(self, boot_id_file):
         """The machine's identity as the kubelet reads it (module_utils/fleet/identity.py)."""
@@ -674,12 +689,13 @@ def gather(runner: Runner, profile: Mapping[str, Any], params: Mapping[str, Any]
 
 def gpu_kernel_log(f: "Facts", pci_gpus: list, device_count: Optional[int], smi_status: Optional[str],
                    loaded: Optional[str]) -> Optional[dict[str, Any]]:
-    """Why the loaded driver sees fewer GPUs than the PCI bus has, from this boot's kernel log:
-    ``{"reason", "devices", "lines"}`` - the open module refusing a GPU without GSP
-    (kernel_log.FLAVOUR_UNSUPPORTED), else a GPU lost from the bus (kernel_log.GPU_LOST), else a null
-    reason; None while every GPU is seen (the log is not read then) or no module is loaded."""
-    seen = 0 if smi_status == "no_devices" else device_count
-    if not loaded or seen is None or not pci_gpus or seen >= len(pci_gpus):
+    """Why the driver sees fewer GPUs than the PCI bus has (none when no module is loaded), from this
+    boot's kernel log since the driver's last load: ``{"reason", "devices", "lines"}`` - the driver
+    refusing a GPU (kernel_log.FLAVOUR_UNSUPPORTED / RELEASE_UNSUPPORTED), else a GPU lost from the bus
+    (kernel_log.GPU_LOST), else a null reason; None while every GPU is seen (the log is not read then)."""
+    # a driver that refused every GPU is not left loaded (its init ends -ENODEV): read the log then too
+    seen = 0 if smi_status == "no_devices" or not loaded else device_count
+    if seen is None or not pci_gpus or seen >= len(pci_gpus):
         return None
     text = f.kernel_log() or ""
     refused = kernel_log.module_flavour_unsupported(text)

@@ -7,13 +7,19 @@ NVIDIA ships with every driver its own table of the GPUs it supports, ``supporte
 
 * ``legacybranch`` (``"470.xx"``): only that legacy branch drives it, not this driver;
 * ``kernelopen`` in ``features``: the open kernel modules drive it;
-* ``kernelopen`` and ``gsp_proprietary_supported``: both flavours do;
-* ``kernelopen`` without ``gsp_proprietary_supported``: the open modules only (Blackwell and newer);
-* no ``kernelopen``: the proprietary modules only (Maxwell, Pascal, Volta).
+* no ``kernelopen``: the proprietary modules only (Maxwell, Pascal, Volta);
+* from branch 560 on the table also marks ``gsp_proprietary_supported``: ``kernelopen`` with it, both
+  flavours; ``kernelopen`` without it, the open modules only (Blackwell and newer). A table that marks no
+  chip so (the 515-555 tables) predates open-only GPUs: there the proprietary modules drive every
+  ``kernelopen`` chip too.
+
+A GPU the table does not list is not judged (NVIDIA's own tools take an unknown id for a GPU newer than
+their copy of the table); it is reported as unlisted.
 
 The host's side is the PCI bus: NVIDIA devices (vendor ``0x10de``) of class VGA (``0x0300``) or 3D
 controller (``0x0302``), as the kernel lists them under ``/sys/bus/pci/devices``. NVSwitches and
-bridges are other classes and are not GPUs.
+bridges are other classes and are not GPUs; a GPU bound to ``vfio-pci`` or ``pci-stub`` is passed
+through to a virtual machine and never driven by the host's driver.
 
 :func:`read_pci_gpus` reads sysfs and :func:`table_from_debs` the target's packages (the I/O here);
 :func:`parse_supported_gpus` and :func:`judge` are pure.
@@ -26,12 +32,16 @@ import json
 import os
 import subprocess
 import tarfile
+import threading
 from typing import Any, Iterable, Mapping, Optional
 
 from ansible_collections.npuops.fleet.plugins.module_utils.vendor_profiles import MODULE_FLAVOURS
 
 NVIDIA_VENDOR = "0x10de"
 GPU_CLASSES = ("0x0300", "0x0302")
+PASSTHROUGH_DRIVERS = ("vfio-pci", "pci-stub")
+# seconds one package may take to stream through dpkg-deb
+DEB_READ_TIMEOUT = 120
 
 
 def _hex(value: Any) -> str:
@@ -71,6 +81,8 @@ def read_pci_gpus(root: str = "/sys/bus/pci/devices", vendor: str = NVIDIA_VENDO
         cls = _read(os.path.join(d, "class")).lower()
         if cls[:6] not in GPU_CLASSES:
             continue
+        if os.path.basename(os.path.realpath(os.path.join(d, "driver"))) in PASSTHROUGH_DRIVERS:
+            continue
         out.append({
             "address": address.lower(),
             "device_id": _hex(_read(os.path.join(d, "device"))),
@@ -80,8 +92,13 @@ def read_pci_gpus(root: str = "/sys/bus/pci/devices", vendor: str = NVIDIA_VENDO
     return out
 
 
+def _kill_late(proc: "subprocess.Popen[bytes]", late: list) -> None:
+    late.append(True)
+    proc.kill()
+
+
 def table_from_debs(debs: Iterable[str], members: Iterable[str], dpkg_deb: str = "dpkg-deb",
-                    max_bytes: int = 16 << 20) -> Optional[tuple[str, str, str]]:
+                    max_bytes: int = 16 << 20, timeout: float = DEB_READ_TIMEOUT) -> Optional[tuple[str, str, str]]:
     """The first member of the packages' data matching one of ``members`` (globs such as
     ``usr/share/doc/*/supported-gpus.json``, matched without the leading ``./``), read without
     unpacking the packages: ``(text, deb path, member)``, or None when no package has one.
@@ -89,33 +106,46 @@ def table_from_debs(debs: Iterable[str], members: Iterable[str], dpkg_deb: str =
     Each ``.deb`` is streamed through ``dpkg-deb --fsys-tarfile`` (whatever its compression, zstd
     included) and read until the member, smallest package first (the table travels in the small
     common packages, not in the libraries). Raises OSError when dpkg-deb cannot read a package, naming
-    it and dpkg-deb's words; a member over ``max_bytes`` is refused the same way."""
+    it and dpkg-deb's words; so do a member over ``max_bytes`` and a package that takes more than
+    ``timeout`` seconds (dpkg-deb is killed)."""
     globs = list(members)
     for deb in sorted(debs, key=lambda d: (os.path.getsize(d) if os.path.exists(d) else 0, d)):
         # streamed, not run_command: that would hold a library package's whole data (hundreds of MB)
         proc = subprocess.Popen(  # pylint: disable=ansible-bad-function
             [dpkg_deb, "--fsys-tarfile", deb], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         found = None
+        late: list[bool] = []
+        timer = threading.Timer(timeout, _kill_late, (proc, late))
+        timer.start()
+        broken = oversize = None
         try:
             with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
                 for info in tar:
                     name = info.name[2:] if info.name.startswith("./") else info.name
                     if info.isfile() and any(fnmatch.fnmatchcase(name, g) for g in globs):
                         if info.size > max_bytes:
-                            raise OSError("%s: %s is %d bytes, more than a GPU table" % (deb, name, info.size))
+                            oversize = "%s is %d bytes, more than a GPU table" % (name, info.size)
+                            break
                         f = tar.extractfile(info)
                         found = (f.read().decode("utf-8", "replace") if f else "", deb, name)
                         break
         except tarfile.TarError as e:
-            proc.kill()
-            err = proc.communicate()[1].decode("utf-8", "replace").strip()
-            raise OSError("dpkg-deb --fsys-tarfile %s: %s" % (deb, err or e)) from None
+            broken = str(e)
         finally:
-            if proc.poll() is None:
-                proc.kill()
-            proc.communicate()
+            if found is not None or broken is not None or oversize is not None:
+                proc.kill()  # stopped reading early: the rest of the package is not wanted
+            else:
+                proc.stdout.read()  # dpkg-deb writes the archive's padding after its end marker
+            err_text = proc.communicate()[1].decode("utf-8", "replace").strip()
+            timer.cancel()
+        if late:
+            raise OSError("dpkg-deb --fsys-tarfile %s: no answer within %d s" % (deb, timeout))
+        if oversize:
+            raise OSError("%s: %s" % (deb, oversize))
         if found:
             return found
+        if broken is not None or proc.returncode:
+            raise OSError("dpkg-deb --fsys-tarfile %s: %s" % (deb, err_text or broken or "exit %d" % proc.returncode))
     return None
 
 
@@ -158,40 +188,47 @@ def _chip_for(gpu: Mapping[str, str], chips: Iterable[Mapping[str, Any]]) -> Opt
     return next((c for c in same if not c["subdevid"]), same[0] if same else None)
 
 
-def flavours_for(chip: Mapping[str, Any]) -> list[str]:
-    """The module flavours of this driver that drive ``chip`` (``[]`` for a legacy-branch chip)."""
+def marks_proprietary(chips: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether the table says which chips the proprietary modules drive (``gsp_proprietary_supported``,
+    from branch 560 on)."""
+    return any("gsp_proprietary_supported" in (c.get("features") or []) for c in chips)
+
+
+def flavours_for(chip: Mapping[str, Any], marked: bool = True) -> list[str]:
+    """The module flavours of this driver that drive ``chip`` (``[]`` for a legacy-branch chip);
+    ``marked``: the table marks ``gsp_proprietary_supported`` (:func:`marks_proprietary`)."""
     if chip.get("legacybranch"):
         return []
     feats = chip.get("features") or []
     if "kernelopen" not in feats:
         return ["proprietary"]
-    return ["open", "proprietary"] if "gsp_proprietary_supported" in feats else ["open"]
+    return ["open", "proprietary"] if "gsp_proprietary_supported" in feats or not marked else ["open"]
 
 
-def judge(gpus: Iterable[Mapping[str, str]], chips: list[Mapping[str, Any]], modules: str) -> list[dict[str, Any]]:
+def judge(gpus: Iterable[Mapping[str, str]], chips: list[Mapping[str, Any]], modules: str) -> dict[str, list]:
     """The GPUs the ``modules`` flavour (``open`` / ``proprietary``) of the driver whose table is
-    ``chips`` cannot drive: ``[{"address", "device_id", "name", "works_with": [flavours] or
-    ["legacy branch 470.xx"] or [], "why"}]`` (empty: every GPU is driven)."""
+    ``chips`` cannot drive, and those the table does not list: ``{"unsupported": [{"address",
+    "device_id", "name", "works_with": [flavours] or ["legacy branch 470.xx"], "why"}], "unlisted":
+    [{"address", "device_id"}]}``."""
     if modules not in MODULE_FLAVOURS:
         raise ValueError("kernel modules must be one of %s, not %r" % (", ".join(MODULE_FLAVOURS), modules))
-    out = []
+    marked = marks_proprietary(chips)
+    bad, unlisted = [], []
     for gpu in gpus:
         chip = _chip_for(gpu, chips)
-        ident = "10de:%s" % (gpu.get("device_id") or "?")[2:]
         if chip is None:
-            out.append(dict(address=gpu.get("address"), device_id=gpu.get("device_id"), name=None, works_with=[],
-                            why="%s (PCI ID %s) is not in the target driver's supported-gpus.json"
-                                % (gpu.get("address"), ident)))
+            unlisted.append({"address": gpu.get("address"), "device_id": gpu.get("device_id")})
             continue
-        works = flavours_for(chip)
+        works = flavours_for(chip, marked)
         if modules in works:
             continue
-        label = "%s (PCI ID %s, %s)" % (gpu.get("address"), ident, chip["name"] or "unnamed")
+        label = "%s (PCI ID 10de:%s, %s)" % (gpu.get("address"), (gpu.get("device_id") or "0x?")[2:],
+                                             chip["name"] or "unnamed")
         if chip["legacybranch"]:
             why = "%s is driven only by the legacy branch %s" % (label, chip["legacybranch"])
             works = ["legacy branch %s" % chip["legacybranch"]]
         else:
             why = "%s runs only with the %s kernel modules" % (label, works[0])
-        out.append(dict(address=gpu.get("address"), device_id=gpu.get("device_id"), name=chip["name"],
+        bad.append(dict(address=gpu.get("address"), device_id=gpu.get("device_id"), name=chip["name"],
                         works_with=works, why=why))
-    return out
+    return {"unsupported": bad, "unlisted": unlisted}

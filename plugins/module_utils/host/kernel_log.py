@@ -4,9 +4,10 @@
 * :func:`gpu_lost` - a GPU that has fallen off the bus (the three-line NVRM form, ``Xid ... 79``,
   nvidia-smi's ``Unable to determine the device handle``) or a failed probe: hardware / PCIe, not the
   driver version;
-* :func:`module_flavour_unsupported` - the open kernel module refused a GPU that needs the proprietary
-  one (``not supported by open nvidia.ko because it does not include the required GPU System
-  Processor``); its ``probe routine failed`` line is explained by it, so :func:`gpu_lost` does not fire;
+* :func:`module_flavour_unsupported` - the driver refused a GPU: the open module one without GSP (``not
+  supported by open nvidia.ko because it does not include the required GPU System Processor``), the
+  proprietary module one that needs the open modules, a release one it does not support; the
+  ``probe routine failed`` line that follows is explained by it, so :func:`gpu_lost` does not fire;
 * :func:`loaded_version` - the version from ``NVRM: loading NVIDIA UNIX ... Kernel Module`` lines;
 * :func:`module_refused` - the kernel refused the module's signature (Secure Boot);
 * :func:`fabricmanager_mismatch` - nv-fabricmanager and the driver from different releases.
@@ -21,6 +22,7 @@ from ansible_collections.npuops.fleet.plugins.module_utils.smi_parsers import ke
 
 GPU_LOST = "GPU lost (hardware/PCIe)"
 FLAVOUR_UNSUPPORTED = "module flavour not supported on this GPU"
+RELEASE_UNSUPPORTED = "GPU not supported by this driver release"
 MODULE_REFUSED = "module present but refused by the kernel (signature / Secure Boot)"
 
 _TS_RE = re.compile(r"^\s*(?:\[\s*\d+\.\d+\]\s*)?")
@@ -79,33 +81,46 @@ def gpu_lost(text: str) -> dict[str, Any]:
     }
 
 
-def module_flavour_unsupported(text: str) -> dict[str, Any]:
-    """-> ``{"unsupported": bool, "devices": [{"address" (lower case), "pci_id" ("10de:1bb3")}],
-    "lines": [the kernel's lines, as logged], "reason": FLAVOUR_UNSUPPORTED or None}``.
+# The driver's refusals of a GPU it will not drive (nv.c), each after "The NVIDIA GPU <pci> (PCI ID: 10de:xxxx)":
+# the open module and a GPU without GSP, the proprietary module and a GPU that needs the open one
+# (Blackwell), a release that does not support the GPU at all (a legacy-branch GPU).
+_REFUSALS = (
+    (r"is not\s+supported by open\s+nvidia\.ko", FLAVOUR_UNSUPPORTED),
+    (r"requires use of the\s+NVIDIA open kernel modules", FLAVOUR_UNSUPPORTED),
+    (r"is not supported by the\s+NVIDIA [0-9.]+ driver release", RELEASE_UNSUPPORTED),
+)
 
-    The open module's refusal of a GPU without GSP spans four lines (``The NVIDIA GPU <pci> (PCI ID:
+
+def module_flavour_unsupported(text: str) -> dict[str, Any]:
+    """-> ``{"unsupported": bool, "devices": [{"address" (lower case), "pci_id" ("10de:1bb3"), "reason"}],
+    "lines": [the kernel's lines, as logged], "reason": the first device's reason or None}``.
+
+    The driver's refusal of a GPU it will not drive spans lines (``The NVIDIA GPU <pci> (PCI ID:
     10de:1bb3)`` / ``installed in this system is not supported by open`` / ``nvidia.ko because it does
-    not include the required GPU`` / ``System Processor (GSP).``), so lines are joined first."""
+    not include the required GPU`` / ``System Processor (GSP).``; or ``... installed in this system
+    requires use of the NVIDIA open kernel modules.``; or ``... is not supported by the NVIDIA <version>
+    driver release.``), so lines are joined first. Reasons: FLAVOUR_UNSUPPORTED for the open module and
+    a GPU without GSP or the proprietary module and a GPU that needs the open one, RELEASE_UNSUPPORTED for
+    a GPU this release does not drive at all."""
     lines = (text or "").splitlines()
     joined = " ".join(_strip(x) for x in lines)
     devices: list[dict[str, str]] = []
-    for m in re.finditer(
-        r"The NVIDIA GPU (\S+)\s+\(PCI ID: ([0-9a-fA-F]{4}:[0-9a-fA-F]{4})\)\s+installed in this system is not"
-        r"\s+supported by open\s+nvidia\.ko", joined
-    ):
-        dev = {"address": m.group(1).lower().rstrip(":"), "pci_id": m.group(2).lower()}
-        if dev not in devices:
+    for m in re.finditer(r"The NVIDIA GPU (\S+)\s+\(PCI ID: ([0-9a-fA-F]{4}:[0-9a-fA-F]{4})\)"
+                         r"\s+installed in this system\s+(.{0,120})", joined):
+        reason = next((why for pat, why in _REFUSALS if re.match(pat, m.group(3))), None)
+        dev = {"address": m.group(1).lower().rstrip(":"), "pci_id": m.group(2).lower(), "reason": reason}
+        if reason and dev not in devices:
             devices.append(dev)
     hits = [
         x.strip() for x in lines
         if devices and re.search(r"supported by open|nvidia\.ko because it does not include|System Processor \(GSP\)"
-                                 r"|The NVIDIA GPU \S+\s+\(PCI ID", x)
+                                 r"|The NVIDIA GPU \S+\s+\(PCI ID|requires use of the|driver release\.", x)
     ]
     return {
         "unsupported": bool(devices),
         "devices": devices,
         "lines": hits,
-        "reason": FLAVOUR_UNSUPPORTED if devices else None,
+        "reason": devices[0]["reason"] if devices else None,
     }
 
 

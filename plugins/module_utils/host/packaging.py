@@ -154,14 +154,19 @@ def choose(profile: Mapping[str, Any], installed: Iterable[str], requested: Opti
 def other_module_flavours(profile: Mapping[str, Any], flavour: Mapping[str, Any]) -> list[str]:
     """The names of the profile's flavours that install the other kernel modules than ``flavour``
     (``module_flavour`` open / proprietary): its twin first (``ubuntu-server`` for
-    ``ubuntu-server-open`` and back), then those with ``flavour``'s build, in the profile's order;
-    ``[]`` when ``flavour`` does not say which modules it installs."""
+    ``ubuntu-server-open`` and back), then those with ``flavour``'s build, in the profile's order; of
+    the same archive (``debian-*``, ``ubuntu-*``) or NVIDIA's CUDA repository (``cuda-*``), which serves
+    both; ``[]`` when ``flavour`` does not say which modules it installs."""
     mine = flavour.get("module_flavour")
     if not mine:
         return []
     name = str(flavour.get("name") or "")
     twin = name[: -len("-open")] if name.endswith("-open") else name + "-open"
-    others = [f for f in flavours(profile) if f.get("module_flavour") and f["module_flavour"] != mine]
+    # a Debian host is not offered Ubuntu's archive flavours nor the reverse; NVIDIA's CUDA repository
+    # serves both (flavour names start with their archive: debian-, ubuntu-, cuda-)
+    family = name.split("-", 1)[0]
+    others = [f for f in flavours(profile) if f.get("module_flavour") and f["module_flavour"] != mine
+              and (family == "cuda" or f["name"].split("-", 1)[0] in (family, "cuda"))]
     return [f["name"] for f in sorted(others, key=lambda f: (f["name"] != twin, f["build"] != flavour.get("build")))]
 
 

@@ -261,9 +261,10 @@ def dkms_payload(deb, version, flavour="open "):
     dkms_scripts(deb, "nvidia", version)
 
 
-# The driver's table of the GPUs it supports, shaped as NVIDIA's supported-gpus.json (ids and names as
-# NVIDIA publishes them; features per its rule: Pascal/Volta proprietary only, Ampere/Hopper both,
-# Blackwell open only, Kepler left to the 470 legacy branch). A lab host's GPU is hw.conf's GPU_PCI_DEVICE.
+# The driver's table of the GPUs it supports, shaped as NVIDIA's supported-gpus.json from branch 560 on
+# (ids and names as NVIDIA publishes them; features per its rule: Pascal/Volta proprietary only,
+# Ampere/Hopper both, Blackwell open only, Kepler left to the 470 legacy branch), in the nvidia-driver-*
+# package as Ubuntu ships it. A lab host's GPU is hw.conf's GPU_PCI_DEVICE.
 SUPPORTED_GPUS = {"chips": [
     {"devid": "0x102D", "name": "Tesla K80", "legacybranch": "470.xx", "features": []},
     {"devid": "0x1BB3", "name": "Tesla P4", "features": []},
@@ -294,7 +295,6 @@ def nvidia_debs(version):
     common = Deb("libnvidia-common-" + sfx, full, arch="all", section="libs",
                  description="Shared files used by the NVIDIA libraries", **virt("common"))
     common.add("/usr/share/nvidia/nvidia-application-profiles-%s-rc" % version, "{}\n")
-    add_supported_gpus(common)
     debs.append(common)
 
     compute = Deb("libnvidia-compute-" + sfx, full, section="libs",
@@ -329,6 +329,7 @@ def nvidia_debs(version):
               description="NVIDIA driver (open kernel module) metapackage",
               provides="nvidia-driver-binary", conflicts="nvidia-driver-binary",
               replaces="nvidia-driver-binary")
+    add_supported_gpus(drv)
     debs.append(drv)
     return debs
 
@@ -345,7 +346,6 @@ def precompiled_debs(version, index):
              description="Shared files used with the kernel module", provides="nvidia-kernel-common",
              conflicts="nvidia-kernel-common", replaces="nvidia-kernel-common")
     kc.add("/lib/firmware/nvidia/%s/gsp_ga10x.bin" % version, "simulated GSP firmware %s\n" % version)
-    add_supported_gpus(kc)
     debs = [kc]
     for rel in KERNELS:
         d = Deb("linux-modules-nvidia-%s-open-%s" % (sfx, rel), "%s+%d" % (kver(rel), index), section="kernel",
@@ -387,7 +387,6 @@ def cuda_repo_debs(version):
              description="Shared files used with the kernel module", provides="nvidia-kernel-common",
              conflicts="nvidia-kernel-common", replaces="nvidia-kernel-common")
     kc.add("/lib/firmware/nvidia/%s/gsp_ga10x.bin" % version, "simulated GSP firmware %s\n" % version)
-    add_supported_gpus(kc)
     debs.append(kc)
 
     compute = Deb("libnvidia-compute-" + branch, full, section="libs",
@@ -412,13 +411,15 @@ def cuda_repo_debs(version):
                  description="NVIDIA DKMS package" + (" (open kernel module)" if sfx else ""), **virt("dkms"))
         dkms_payload(dk, version, what)
         debs.append(dk)
-        debs.append(Deb(
+        drv = Deb(
             "nvidia-driver-%s%s" % (branch, sfx), full, section="non-free/libs",
             depends=", ".join([within("nvidia-dkms-%s%s" % (branch, sfx)), within("nvidia-kernel-common-" + branch)]
                               + ["%s-%s (= %s)" % (p, branch, full)
                                  for p in ("libnvidia-compute", "nvidia-compute-utils", "nvidia-utils")]),
             description="NVIDIA driver%s metapackage" % (" (open kernel)" if sfx else ""),
-            provides="nvidia-driver-binary", conflicts="nvidia-driver-binary", replaces="nvidia-driver-binary"))
+            provides="nvidia-driver-binary", conflicts="nvidia-driver-binary", replaces="nvidia-driver-binary")
+        add_supported_gpus(drv)
+        debs.append(drv)
 
     debs.append(Deb("cuda-drivers-" + branch, meta, section="devel",
                     depends=" | ".join("nvidia-driver-%s%s (>= %s)" % (branch, f, version)

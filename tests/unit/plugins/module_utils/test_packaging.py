@@ -627,9 +627,10 @@ def test_the_other_module_flavours_are_named_same_build_first():
     nv = resolve_profile("nvidia")
     by = {f["name"]: f for f in packaging.flavours(nv)}
     assert packaging.other_module_flavours(nv, by["ubuntu-server-open"]) == [
-        "ubuntu-server", "cuda-repo", "debian-tesla", "debian", "ubuntu-precompiled-server"]
-    assert packaging.other_module_flavours(nv, by["debian"]) == [
-        "debian-open", "cuda-repo-open", "ubuntu-server-open", "ubuntu-precompiled-server-open"]
+        "ubuntu-server", "cuda-repo", "ubuntu-precompiled-server"]
+    assert packaging.other_module_flavours(nv, by["debian"]) == ["debian-open", "cuda-repo-open"]
+    assert packaging.other_module_flavours(nv, by["cuda-repo"]) == [
+        "cuda-repo-open", "ubuntu-server-open", "debian-open", "ubuntu-precompiled-server-open"]
     assert packaging.other_module_flavours(nv, by["ubuntu-precompiled-server"])[0] == "ubuntu-precompiled-server-open"
     assert packaging.other_module_flavours(nv, {"name": "packages", "build": "dkms", "module_flavour": None}) == []
     with pytest.raises(ProfileError, match="module_flavour must be open or proprietary"):

@@ -240,13 +240,15 @@ def build_deb(tmp_path, name, files):
     return out
 
 
-def gpu_run(monkeypatch, capsys, tmp_path, gpus, table=True, flavour="open"):
+def gpu_run(monkeypatch, capsys, tmp_path, gpus, table=True, flavour="open", download=True):
     built = tmp_path / "built"
     built.mkdir()
-    debs = [build_deb(built, "libnvidia-compute-550-server", {"usr/lib/libnvidia-ml.so.550.90.07": "x" * 4000}),
-            build_deb(built, "nvidia-kernel-common-550-server",
-                      {"usr/share/doc/nvidia-kernel-common-550-server/supported-gpus.json": json.dumps(GPU_TABLE)}
-                      if table else {"usr/share/doc/nvidia-kernel-common-550-server/README": "no table"})]
+    # a stray table in a library package that is never searched: only the packages named are read
+    debs = [build_deb(built, "libnvidia-compute-550-server",
+                      {"usr/share/doc/libnvidia-compute-550-server/supported-gpus.json": "not json"}),
+            build_deb(built, "nvidia-driver-550-server-open",
+                      {"usr/share/doc/nvidia-driver-550-server/supported-gpus.json": json.dumps(GPU_TABLE)}
+                      if table else {"usr/share/doc/nvidia-driver-550-server/README": "no table"})]
     cache = tmp_path / "cache"
     cache.mkdir()
     uris = "".join("'http://mirror.example/pool/%s' %s %d MD5Sum:00\n" % (d.name, d.name, d.stat().st_size)
@@ -270,10 +272,11 @@ def gpu_run(monkeypatch, capsys, tmp_path, gpus, table=True, flavour="open"):
     monkeypatch.setattr(AnsibleModule, "get_bin_path",
                         lambda self, name, required=False, opt_dirs=None: "/usr/bin/" + name)
     packages = {"libnvidia-compute-550-server": "550.90.07-0ubuntu1",
-                "nvidia-kernel-common-550-server": "550.90.07-0ubuntu1"}
-    args = {"packages": packages, "download": True, "host": "gpu-7", "_ansible_check_mode": True,
+                "nvidia-driver-550-server-open": "550.90.07-0ubuntu1"}
+    args = {"packages": packages, "download": download, "host": "gpu-7", "_ansible_check_mode": True,
             "gpu_support": {"module_flavour": flavour, "gpus": gpus, "files": FILES, "flavour": "ubuntu-server-open",
-                            "other_flavours": ["ubuntu-server", "cuda-repo"]}}
+                            "other_flavours": ["ubuntu-server", "cuda-repo"], "packages": ["nvidia-driver-*"],
+                            "remedy": "set driver_upgrade_packaging"}}
     with patch_module_args(args):
         with pytest.raises(SystemExit):
             mod.main()
@@ -287,10 +290,10 @@ def test_open_modules_and_a_pascal_gpu_refuse_the_host_before_any_cordon(monkeyp
         "preflight: the target's open kernel modules (packaging ubuntu-server-open) cannot drive 1 of the 2 GPU(s) "
         "of gpu-7, nothing was changed: 0000:28:00.0 (PCI ID 10de:1bb3, Tesla P4) runs only with the proprietary "
         "kernel modules; the proprietary kernel modules drive it: choose a flavour with them (ubuntu-server, "
-        "cuda-repo) (NVIDIA's table "), res["msg"]
+        "cuda-repo); set driver_upgrade_packaging (NVIDIA's table "), res["msg"]
     assert res["msg"].endswith(
-        "nvidia-kernel-common-550-server_550.90.07-0ubuntu1_amd64.deb:"
-        "usr/share/doc/nvidia-kernel-common-550-server/supported-gpus.json)"), res["msg"]
+        "nvidia-driver-550-server-open_550.90.07-0ubuntu1_amd64.deb:"
+        "usr/share/doc/nvidia-driver-550-server/supported-gpus.json)"), res["msg"]
     assert [g["address"] for g in res["gpu_support"]["unsupported"]] == ["0000:28:00.0"]
 
 
@@ -299,7 +302,7 @@ def test_gpus_the_target_drives_pass_and_say_where_the_table_came_from(monkeypat
     assert not res.get("failed"), res.get("msg")
     g = res["gpu_support"]
     assert g["checked"] is True and g["gpus"] == 1 and g["unsupported"] == []
-    assert g["source"].endswith(":usr/share/doc/nvidia-kernel-common-550-server/supported-gpus.json")
+    assert g["source"].endswith(":usr/share/doc/nvidia-driver-550-server/supported-gpus.json")
     (tmp_path / "prop").mkdir()
     res = gpu_run(monkeypatch, capsys, tmp_path / "prop", [P4], flavour="proprietary")
     assert not res.get("failed") and res["gpu_support"]["unsupported"] == []
@@ -310,8 +313,17 @@ def test_no_table_or_no_gpu_is_reported_not_refused(monkeypatch, capsys, tmp_pat
     assert not res.get("failed"), res.get("msg")
     assert res["gpu_support"]["checked"] is False
     assert res["gpu_support"]["why"] == (
-        "none of the target's packages in apt's cache has usr/share/doc/*/supported-gpus.json")
+        "none of nvidia-driver-* in the transaction has usr/share/doc/*/supported-gpus.json")
+    assert ("the GPUs of gpu-7 were not checked against the target driver's supported-gpus.json: "
+            + res["gpu_support"]["why"]) in json.dumps(res["warnings"])
     (tmp_path / "nogpu").mkdir()
     res = gpu_run(monkeypatch, capsys, tmp_path / "nogpu", [])
     assert res["gpu_support"] == {"checked": False, "why": "no GPU of the vendor on the PCI bus", "gpus": 0,
-                                  "unsupported": []}
+                                  "unsupported": [], "unlisted": []}
+
+
+def test_a_plan_says_it_has_not_fetched_the_table_yet(monkeypatch, capsys, tmp_path):
+    res = gpu_run(monkeypatch, capsys, tmp_path, [P4], download=False)
+    assert not res.get("failed") and "not checked in a plan" not in json.dumps(res.get("warnings")), res
+    assert res["gpu_support"]["checked"] is False
+    assert res["gpu_support"]["why"].startswith("not checked in a plan: the target's packages are not in apt's cache")

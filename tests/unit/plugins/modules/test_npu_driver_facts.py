@@ -712,26 +712,44 @@ def pci_bus(tmp_path, devices):
     return str(tmp_path)
 
 
-def gpus_missing_host(journal):
+def gpus_missing_host(journal, loaded=True):
+    # the open module refusing every GPU ends its init -ENODEV: nothing stays loaded, nvidia-smi finds no driver
     host = Host(fixture("nvidia-smi-no-devices.txt"), 6,
                 {"/proc/driver/nvidia/version": fixture("proc-driver-nvidia-version-open.txt")},
-                {"5.15.0-177-generic": "580.126.09", "5.15.0-179-generic": "580.126.09"})
+                {"5.15.0-177-generic": "580.126.09", "5.15.0-179-generic": "580.126.09"}) if loaded else \
+        Host(fixture("nvidia-smi-no-driver.txt"), 9, {},
+             {"5.15.0-177-generic": "580.126.09", "5.15.0-179-generic": "580.126.09"})
     host.journalctl = (0, journal, "")
     return host
 
 
 def test_gpus_the_open_module_refused_are_named_from_the_kernel_log_e3(monkeypatch, capsys, tmp_path):
-    host = gpus_missing_host(fixture("dmesg-open-module-unsupported.txt"))
+    host = gpus_missing_host(fixture("dmesg-open-module-unsupported.txt"), loaded=False)
     root = pci_bus(tmp_path, {"0000:03:00.0": "0x1bb3"})
     run_module(monkeypatch, host, {"vendor": "nvidia", "pci_devices_dir": root})
     f = result(capsys)["ansible_facts"]["npu_driver"]
     assert f["pci_gpus"] == [{"address": "0000:03:00.0", "device_id": "0x1bb3", "subsystem_vendor": "0x10de",
                               "subsystem_device": "0x0000"}]
-    assert f["device_count"] == 0
+    assert f["loaded_version"] is None and f["device_count"] is None
     k = f["kernel_log"]
     assert k["reason"] == "module flavour not supported on this GPU" and k["devices"] == ["0000:03:00.0"], k
     assert k["lines"][0].endswith("NVRM: The NVIDIA GPU 0000:03:00.0 (PCI ID: 10de:1bb3)")
     assert ["-k", "-b"] == [a for a in host.calls if a[0].endswith("journalctl")][0][1:3]
+
+
+def test_only_the_drivers_last_load_is_read_from_the_kernel_log(monkeypatch, capsys, tmp_path):
+    # an earlier load in this boot refused the GPU; the last one loaded fine and then lost it
+    journal = (fixture("dmesg-open-module-unsupported.txt")
+               + "[  301.2] nvidia-nvlink: Nvlink Core is being initialized, major device number 511\n"
+               + "[  301.4] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  580.126.09  Tue Jan 13 2026\n"
+               + "[  340.0] usb 1-1: new high-speed USB device number 2 using xhci_hcd\n"
+               + "[  402.7] NVRM: Xid (PCI:0000:03:00): 79, GPU has fallen off the bus.\n")
+    host = gpus_missing_host(journal)
+    root = pci_bus(tmp_path, {"0000:03:00.0": "0x20b2"})
+    run_module(monkeypatch, host, {"vendor": "nvidia", "pci_devices_dir": root})
+    k = result(capsys)["ansible_facts"]["npu_driver"]["kernel_log"]
+    assert k["reason"] == "GPU lost (hardware/PCIe)" and k["devices"] == ["0000:03:00"], k
+    assert not any("usb" in x for x in k["lines"])
 
 
 def test_a_gpu_fallen_off_the_bus_is_named_lost_d16(monkeypatch, capsys, tmp_path):
