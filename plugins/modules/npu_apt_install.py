@@ -241,8 +241,8 @@ gpu_support:
   returned: in check mode, with O(gpu_support)
   type: dict
   sample: {checked: true, gpus: 8, unsupported: [], unlisted: [],
-           source: "/var/cache/apt/archives/nvidia-kernel-common-550-server_550.90.07-0ubuntu1_amd64.deb:\
-             usr/share/doc/nvidia-kernel-common-550-server/supported-gpus.json"}
+           source: "/var/cache/apt/archives/nvidia-driver-550-server_550.90.07-0ubuntu1_amd64.deb:\
+             usr/share/doc/nvidia-driver-550-server/supported-gpus.json"}
 stdout:
   description: apt-get's standard output.
   returned: always
@@ -391,8 +391,8 @@ def check_gpus(module, targets, downloads, host):
                          changed=False)
     if not found:
         where = " or ".join(g["packages"] or ["the target's packages"])
-        why = ("not checked in a plan: the target's packages are not in apt's cache yet (the window fetches "
-               "them, then checks)" if not module.params["download"] else
+        why = ("not checked: the target's packages are not in apt's cache (not fetched: a plan, or a run without "
+               "download; the window with download fetches them, then checks)" if not module.params["download"] else
                "none of %s in the transaction has %s" % (where, " or ".join(g["files"] or ["-"])))
         if module.params["download"]:
             module.warn("the GPUs of %s were not checked against the target driver's supported-gpus.json: %s"

@@ -324,6 +324,7 @@ def test_no_table_or_no_gpu_is_reported_not_refused(monkeypatch, capsys, tmp_pat
 
 def test_a_plan_says_it_has_not_fetched_the_table_yet(monkeypatch, capsys, tmp_path):
     res = gpu_run(monkeypatch, capsys, tmp_path, [P4], download=False)
-    assert not res.get("failed") and "not checked in a plan" not in json.dumps(res.get("warnings")), res
+    assert not res.get("failed") and "not fetched: a plan" not in json.dumps(res.get("warnings")), res
     assert res["gpu_support"]["checked"] is False
-    assert res["gpu_support"]["why"].startswith("not checked in a plan: the target's packages are not in apt's cache")
+    assert res["gpu_support"]["why"].startswith("not checked: the target's packages are not in apt's cache "
+                                                "(not fetched: a plan")
