@@ -421,7 +421,7 @@ def check_gpus(module, targets, downloads, host):
             msg="preflight: the target's %s kernel modules%s cannot drive %d of the %d GPU(s) of %s, nothing was "
             "changed: %s; %s%s (NVIDIA's table %s)"
             % (g["module_flavour"], " (packaging %s)" % g["flavour"] if g.get("flavour") else "", len(bad), len(gpus),
-               host, "; ".join(b["why"] for b in bad), way, "; " + g["remedy"] if g.get("remedy") else "", source),
+               host, gpu_support.describe(bad), way, "; " + g["remedy"] if g.get("remedy") else "", source),
             changed=False, gpu_support=res,
         )
     return res

@@ -106,6 +106,11 @@ options:
         C(class), C(subsystem_vendor), C(subsystem_device)). Change it only where the PCI bus is simulated.
     type: path
     default: /sys/bus/pci/devices
+  kernel_log_file:
+    description:
+      - A file to read the kernel log from instead of C(journalctl -k -b) / C(dmesg) (RV(kernel_log)). Set it
+        only where the kernel is simulated.
+    type: path
   proc_version_file:
     description:
       - File with the loaded module's version when C(/sys/module/<module>/version) is absent. Default
@@ -734,6 +739,7 @@ def main():
         proc_version_file=dict(type="path"),
         boot_id_file=dict(type="path", default="/proc/sys/kernel/random/boot_id"),
         pci_devices_dir=dict(type="path", default="/sys/bus/pci/devices"),
+        kernel_log_file=dict(type="path"),
         device_holders=dict(type="bool", default=False),
         packaging=dict(type="str", default="auto"),
         window_record_file=dict(type="path", default=window_record.DEFAULT_PATH),

@@ -21,7 +21,10 @@ description:
     RV(reload=in_use) for the caller to reboot instead; otherwise it fails with that reason.
   - 4. Otherwise loads back exactly what was loaded, in reverse (main module first); a host that had
     none of them loaded gets the profile's C(kernel_modules). Each by the name its file has for the
-    running kernel (Debian's C(nvidia-current)). A C(modprobe) failure fails the task quoting it.
+    running kernel (Debian's C(nvidia-current)). A C(modprobe) failure fails the task quoting it, and what
+    this boot's kernel log says of the host's GPUs (the driver refusing them - a module flavour or release
+    that does not drive them; a GPU lost on the bus), as M(npuops.fleet.npu_driver_facts)
+    RV(npuops.fleet.npu_driver_facts#module:kernel_log).
 extends_documentation_fragment:
   - npuops.fleet.vendor
 options:
@@ -40,6 +43,13 @@ options:
       - Whether the caller may reboot when the modules are in use. C(false) fails the task then.
     type: bool
     default: false
+  pci_devices_dir:
+    description: As M(npuops.fleet.npu_driver_facts)' O(npuops.fleet.npu_driver_facts#module:pci_devices_dir).
+    type: path
+    default: /sys/bus/pci/devices
+  kernel_log_file:
+    description: As M(npuops.fleet.npu_driver_facts)' O(npuops.fleet.npu_driver_facts#module:kernel_log_file).
+    type: path
 attributes:
   check_mode:
     support: none
@@ -106,6 +116,12 @@ loaded:
   returned: always
   type: list
   elements: str
+kernel_log:
+  description:
+    - After a failed C(modprobe) - what the kernel log says of the host's GPUs, C({reason, devices, lines})
+      as M(npuops.fleet.npu_driver_facts) returns it; null when it says nothing of them.
+  returned: failure
+  type: dict
 """
 
 from typing import Any  # noqa: E402
@@ -145,7 +161,8 @@ class KmodReload:
         return driver_facts.gather(
             self.runner,
             self.profile,
-            {"vendor": self.m.params["vendor"], "smi_query_fields": ["index"], "device_holders": device_holders},
+            {"vendor": self.m.params["vendor"], "smi_query_fields": ["index"], "device_holders": device_holders,
+             "pci_devices_dir": self.m.params["pci_devices_dir"], "kernel_log_file": self.m.params["kernel_log_file"]},
         )
 
     def stop_services(self) -> None:
@@ -195,7 +212,15 @@ class KmodReload:
             arg = names.get(name) or name
             rc, out, err = self.runner.run([modprobe, arg])
             if rc != 0:
-                self.fail("modprobe %s failed (rc %s): %s" % (arg, rc, (err or out).strip()))
+                # the driver refusing the host's GPUs (a module flavour or release that does not drive
+                # them) or a GPU lost on the bus: the kernel says which, modprobe only "No such device"
+                klog = self.facts().get("kernel_log") or {}
+                self.res["kernel_log"] = klog or None
+                self.fail("modprobe %s failed (rc %s): %s%s" % (
+                    arg, rc, (err or out).strip(),
+                    "; %s (%s; kernel log: %s)" % (klog["reason"], ", ".join(klog["devices"]),
+                                                   " / ".join(x.strip() for x in klog["lines"][:4]))
+                    if klog.get("reason") else ""))
             self.res["loaded"].append(arg)
             self.res["changed"] = True
         self.m.exit_json(reload="done", **self.res)
@@ -206,6 +231,8 @@ def main() -> None:
         services=dict(type="list", elements="str"),
         stop_services=dict(type="bool", default=True),
         reboot_allowed=dict(type="bool", default=False),
+        pci_devices_dir=dict(type="path", default="/sys/bus/pci/devices"),
+        kernel_log_file=dict(type="path"),
     )
     spec.update(PROFILE_ARG_SPEC)
     module = AnsibleModule(argument_spec=spec, supports_check_mode=False)

@@ -53,15 +53,17 @@ def test_open_modules_and_pascal_gpus_are_refused_before_any_cordon(core_v1, lab
                       ).returncode == 0
         before = dpkg(name)
         why = (f"preflight: the target's open kernel modules (packaging ubuntu-server-open) cannot drive 2 of the 2 "
-               f"GPU(s) of {name}, nothing was changed: 0000:18:00.0 (PCI ID 10de:1bb3, Tesla P4) runs only with "
-               f"the proprietary kernel modules; 0000:28:00.0 (PCI ID 10de:1bb3, Tesla P4) runs only with the "
-               f"proprietary kernel modules; the proprietary kernel modules drive them: choose a flavour with them "
+               f"GPU(s) of {name}, nothing was changed: 0000:18:00.0, 0000:28:00.0 (2 GPUs, PCI ID 10de:1bb3, "
+               f"Tesla P4) run only with the proprietary kernel modules; the proprietary kernel modules drive them: "
+               f"choose a flavour with them "
                f"(ubuntu-server, cuda-repo, ubuntu-precompiled-server); set driver_upgrade_packaging to one of them "
                f"for this host (host_vars or group_vars), or driver_upgrade_gpu_support_check: false to skip this "
                f"check (NVIDIA's table ")
         rc, out = play(name, lab_kubeconfig, report_dir, *window(name, report_dir, "maintenance_mode=plan"))
         row = host_row(report_dir, name, "latest-plan")
         assert row["status"] == "refused" and why in (row["reason"] or ""), row
+        g = row["gpu_support"]  # the refusing check's answer per GPU, in the plan's row too
+        assert g["checked"] is True and [u["address"] for u in g["unsupported"]] == gpus, g
 
         rc, out = play(name, lab_kubeconfig, report_dir, *window(name, report_dir))
         assert rc != 0, out[-4000:]
@@ -71,3 +73,27 @@ def test_open_modules_and_pascal_gpus_are_refused_before_any_cordon(core_v1, lab
         assert STATE not in (node.metadata.labels or {}) and not node.spec.unschedulable, node.metadata.labels
         assert dpkg(name) == before
         assert hx(name, "cat /sys/module/nvidia/version").stdout.strip() == OLD
+
+
+def test_with_the_check_off_the_open_module_refuses_pascal_gpus_and_the_reload_says_so(core_v1, lab_kubeconfig,
+                                                                                       tmp_path):
+    """What the check prevents: the lab's nvidia.ko init refuses GPUs as nv.c does (the open module and a
+    GPU without kernelopen in the installed table), writes the kernel's lines and does not stay loaded;
+    the reload fails naming the kernel log's reason, and the node stays cordoned, upgrade-failed."""
+    with scratch_host(core_v1, "lab-gpuflavour", ["--kernel", KERNEL, "--driver", OLD], "535") as name:
+        report_dir = tmp_path / "reports"
+        report_dir.mkdir()
+        for addr in hx(name, f"ls {PCI}").stdout.split():
+            hx(name, f"echo 0x1bb3 > {PCI}/{addr}/device; echo 0x0000 > {PCI}/{addr}/subsystem_device")
+        rc, out = play(name, lab_kubeconfig, report_dir,
+                       *window(name, report_dir, {"driver_upgrade_gpu_support_check": False}))
+        assert rc != 0, out[-4000:]
+        h = host_row(report_dir, name)
+        assert h["status"] == "failed" and h["failed_phase"] == "reload", h
+        assert "ERROR: could not insert 'nvidia': No such device" in h["reason"], h["reason"]
+        assert "module flavour not supported on this GPU (0000:18:00.0, 0000:28:00.0; kernel log: " in h["reason"]
+        assert "NVRM: The NVIDIA GPU 0000:18:00.0 (PCI ID: 10de:1bb3)" in h["reason"], h["reason"]
+        node = core_v1.read_node(name)
+        assert (node.metadata.labels or {}).get(STATE) == "upgrade-failed" and node.spec.unschedulable
+        assert hx(name, "test -e /sys/module/nvidia").returncode != 0  # nothing stayed loaded
+        assert "None of the NVIDIA devices were initialized." in hx(name, "cat /run/npuops-lab/kmsg").stdout

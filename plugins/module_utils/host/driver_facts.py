@@ -79,6 +79,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "proc_version_file": None,
     "boot_id_file": "/proc/sys/kernel/random/boot_id",
     "pci_devices_dir": "/sys/bus/pci/devices",
+    "kernel_log_file": None,
     "device_holders": False,
     "packaging": "auto",
 }
@@ -314,17 +315,20 @@ class Facts:
         _rc, out, _err = self.run(args)
         return out
 
-    def kernel_log(self):
+    def kernel_log(self, path=None):
         """This boot's kernel messages of the NVIDIA driver's last load (journald's, else the ring buffer):
         the NVRM lines and their continuations from the last ``Nvlink Core is being initialized`` line
         (nvidia.ko's init), else after the load line before the last (a refusal from an earlier load in
-        the same boot is not this one's); None without either tool."""
+        the same boot is not this one's); None without either tool. ``path``: a file to read instead
+        (where the kernel is simulated)."""
         out = None
         journalctl = self.bin("journalctl")
-        if journalctl:
+        if path:
+            out = _read(path)
+        elif journalctl:
             rc, text, _err = self.run([journalctl, "-k", "-b", "-q", "--no-pager", "-o", "cat"])
             out = text if rc == 0 and text.strip() else None
-        if out is None and self.bin("dmesg"):
+        if out is None and not path and self.bin("dmesg"):
             rc, text, _err = self.run([self.bin("dmesg")])
             out = text if rc == 0 else None
         if out is None:
@@ -670,7 +674,7 @@ def gather(runner: Runner, profile: Mapping[str, Any], params: Mapping[str, Any]
         "secure_boot": sb,
         "packaging": pack,
         "identity": f.identity(p["boot_id_file"]),
-        "kernel_log": gpu_kernel_log(f, pci_gpus, device_count, smi["status"], loaded),
+        "kernel_log": gpu_kernel_log(f, pci_gpus, device_count, smi["status"], loaded, p["kernel_log_file"]),
         # the vendor's GPUs on the PCI bus, what the target's supported-gpus.json is checked against
         "pci_gpus": pci_gpus,
         "fabricmanager": fm,
@@ -688,7 +692,7 @@ def gather(runner: Runner, profile: Mapping[str, Any], params: Mapping[str, Any]
 
 
 def gpu_kernel_log(f: "Facts", pci_gpus: list, device_count: Optional[int], smi_status: Optional[str],
-                   loaded: Optional[str]) -> Optional[dict[str, Any]]:
+                   loaded: Optional[str], path: Optional[str] = None) -> Optional[dict[str, Any]]:
     """Why the driver sees fewer GPUs than the PCI bus has (none when no module is loaded), from this
     boot's kernel log since the driver's last load: ``{"reason", "devices", "lines"}`` - the driver
     refusing a GPU (kernel_log.FLAVOUR_UNSUPPORTED / RELEASE_UNSUPPORTED), else a GPU lost from the bus
@@ -697,7 +701,7 @@ def gpu_kernel_log(f: "Facts", pci_gpus: list, device_count: Optional[int], smi_
     seen = 0 if smi_status == "no_devices" or not loaded else device_count
     if seen is None or not pci_gpus or seen >= len(pci_gpus):
         return None
-    text = f.kernel_log() or ""
+    text = f.kernel_log(path) or ""
     refused = kernel_log.module_flavour_unsupported(text)
     if refused["unsupported"]:
         return {"reason": refused["reason"], "devices": [d["address"] for d in refused["devices"]],

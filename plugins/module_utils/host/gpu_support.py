@@ -232,3 +232,24 @@ def judge(gpus: Iterable[Mapping[str, str]], chips: list[Mapping[str, Any]], mod
         bad.append(dict(address=gpu.get("address"), device_id=gpu.get("device_id"), name=chip["name"],
                         works_with=works, why=why))
     return {"unsupported": bad, "unlisted": unlisted}
+
+
+def describe(unsupported: Iterable[Mapping[str, Any]]) -> str:
+    """:func:`judge`'s unsupported GPUs in a sentence, GPUs of one kind said once: ``0000:18:00.0,
+    0000:28:00.0 (2 GPUs, PCI ID 10de:1bb3, Tesla P4) run only with the proprietary kernel modules``."""
+    groups: dict[tuple, list[str]] = {}
+    for b in unsupported:
+        groups.setdefault((b.get("device_id"), b.get("name"), tuple(b.get("works_with") or [])), []).append(
+            str(b.get("address")))
+    parts = []
+    for (dev, name, works), addrs in groups.items():
+        label = "%s (%sPCI ID 10de:%s, %s)" % (", ".join(addrs), "%d GPUs, " % len(addrs) if len(addrs) > 1 else "",
+                                              (dev or "0x?")[2:], name or "unnamed")
+        many = len(addrs) > 1
+        if works and works[0].startswith("legacy branch "):
+            parts.append("%s %s driven only by the %s" % (label, "are" if many else "is", works[0]))
+        else:
+            parts.append("%s %s only with the %s kernel modules" % (label, "run" if many else "runs",
+                                                                    works[0] if works else "?"))
+    return "; ".join(parts)
+

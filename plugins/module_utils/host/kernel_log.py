@@ -105,8 +105,9 @@ def module_flavour_unsupported(text: str) -> dict[str, Any]:
     lines = (text or "").splitlines()
     joined = " ".join(_strip(x) for x in lines)
     devices: list[dict[str, str]] = []
+    # the refusal's words read by a lookahead, so that the next GPU's header is not consumed
     for m in re.finditer(r"The NVIDIA GPU (\S+)\s+\(PCI ID: ([0-9a-fA-F]{4}:[0-9a-fA-F]{4})\)"
-                         r"\s+installed in this system\s+(.{0,120})", joined):
+                         r"\s+installed in this system\s+(?=(.{0,120}))", joined):
         reason = next((why for pat, why in _REFUSALS if re.match(pat, m.group(3))), None)
         dev = {"address": m.group(1).lower().rstrip(":"), "pci_id": m.group(2).lower(), "reason": reason}
         if reason and dev not in devices:

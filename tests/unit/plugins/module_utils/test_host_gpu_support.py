@@ -160,6 +160,15 @@ def test_open_module_refusal_is_not_a_lost_gpu_e3():
     assert any("not supported by open" in line for line in res["lines"])
     lost = kernel_log.gpu_lost(text)
     assert lost["lost"] is False and lost["reason"] is None and lost["probe_failed"] == 1
+    # two GPUs refused, one after the other: both are named
+    two = "".join(
+        "[    5.93458%d] NVRM: The NVIDIA GPU %s (PCI ID: 10de:1bb3)\n"
+        "               NVRM: installed in this system is not supported by open\n"
+        "               NVRM: nvidia.ko because it does not include the required GPU\n"
+        "               NVRM: System Processor (GSP).\n" % (i, addr) for i, addr in enumerate(["0000:03:00.0",
+                                                                                              "0000:04:00.0"]))
+    assert [d["address"] for d in kernel_log.module_flavour_unsupported(two)["devices"]] == [
+        "0000:03:00.0", "0000:04:00.0"]
     # a second probe failure the refusal does not explain is still a lost GPU
     assert kernel_log.gpu_lost(text.replace("failed for 1 device(s)", "failed for 2 device(s)"))["lost"] is True
     # D16's log is no flavour refusal
@@ -200,3 +209,11 @@ def test_table_read_out_of_a_real_deb_and_its_failures(tmp_path):
     hang.chmod(0o755)
     with pytest.raises(OSError, match="no answer within 1 s"):
         gpu_support.table_from_debs([with_table], globs, dpkg_deb=str(hang), timeout=1)
+
+
+def test_gpus_of_one_kind_are_said_once():
+    g = [gpu("0000:18:00.0", "0x1bb3"), gpu("0000:28:00.0", "0x1bb3"), gpu("0000:38:00.0", "0x102d")]
+    bad = gpu_support.judge(g, CHIPS, "open")["unsupported"]
+    assert gpu_support.describe(bad) == (
+        "0000:18:00.0, 0000:28:00.0 (2 GPUs, PCI ID 10de:1bb3, Tesla P4) run only with the proprietary kernel modules; "
+        "0000:38:00.0 (PCI ID 10de:102d, Tesla K80) is driven only by the legacy branch 470.xx")

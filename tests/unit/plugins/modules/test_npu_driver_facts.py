@@ -770,3 +770,13 @@ def test_the_kernel_log_is_not_read_while_every_gpu_is_seen(monkeypatch, capsys,
     f = result(capsys)["ansible_facts"]["npu_driver"]
     assert f["device_count"] >= 1 and f["kernel_log"] is None
     assert not [a for a in host.calls if a[0].endswith("journalctl") and "-k" in a]
+
+
+def test_a_kernel_log_file_is_read_instead_of_the_journal(monkeypatch, capsys, tmp_path):
+    host = gpus_missing_host("", loaded=False)
+    host.files["/run/sim/kmsg"] = fixture("dmesg-open-module-unsupported.txt")
+    root = pci_bus(tmp_path, {"0000:03:00.0": "0x1bb3"})
+    run_module(monkeypatch, host, {"vendor": "nvidia", "pci_devices_dir": root, "kernel_log_file": "/run/sim/kmsg"})
+    k = result(capsys)["ansible_facts"]["npu_driver"]["kernel_log"]
+    assert k["reason"] == "module flavour not supported on this GPU", k
+    assert not [a for a in host.calls if a[0].endswith(("journalctl", "dmesg"))]

@@ -97,3 +97,19 @@ def test_modprobe_failure_fails_quoting_it(monkeypatch, capsys):
         == "modprobe nvidia-current failed (rc 1): modprobe: ERROR: could not insert 'nvidia': No such device"
     )
     assert res["loaded"] == []
+
+
+def test_modprobe_failure_names_what_the_kernel_log_says_of_the_gpus(monkeypatch, capsys):
+    klog = {"reason": "module flavour not supported on this GPU", "devices": ["0000:03:00.0"],
+            "lines": ["[    5.934570] NVRM: The NVIDIA GPU 0000:03:00.0 (PCI ID: 10de:1bb3)",
+                      "               NVRM: installed in this system is not supported by open"]}
+    monkeypatch.setitem(LOADED, "kernel_log", klog)
+    answers = {("modprobe", "nvidia-current"): (1, "", "modprobe: ERROR: could not insert 'nvidia': No such device\n")}
+    res, _calls, gathered = run(monkeypatch, capsys, {"pci_devices_dir": "/run/sim/pci", "kernel_log_file": "/k"},
+                                answers)
+    assert res["failed"] is True and res["kernel_log"] == klog
+    assert res["msg"] == (
+        "modprobe nvidia-current failed (rc 1): modprobe: ERROR: could not insert 'nvidia': No such device; "
+        "module flavour not supported on this GPU (0000:03:00.0; kernel log: [    5.934570] NVRM: The NVIDIA GPU "
+        "0000:03:00.0 (PCI ID: 10de:1bb3) / NVRM: installed in this system is not supported by open)")
+    assert gathered[-1]["pci_devices_dir"] == "/run/sim/pci" and gathered[-1]["kernel_log_file"] == "/k"

@@ -17,9 +17,14 @@ The kmod binaries are dpkg-diverted to *.kmod-real; these shims act on the simul
   * the loaded-module state lives in /sys/module/<name>/{version,refcnt,initstate,holders/}
     (a per-host directory bind-mounted over /sys/module and cleared at every boot);
   * "in use": rmmod refuses while refcnt > 0 (dependent modules loaded) or while a process holds
-    one of the module's device files open (found by scanning /proc/*/fd).
+    one of the module's device files open (found by scanning /proc/*/fd);
+  * nvidia.ko's init checks the lab's GPUs (/run/npuops-lab/pci/devices) against the installed
+    supported-gpus.json as nv.c does (the open module refuses a GPU without kernelopen, the proprietary
+    one a GPU that needs the open modules), writes the kernel's lines to /run/npuops-lab/kmsg, and
+    fails with "No such device" when it refused every GPU.
 """
 import fnmatch
+import glob
 import json
 import os
 import re
@@ -318,6 +323,79 @@ def busy_reason(name):
     return None
 
 
+# ------------------------------------------------------- the GPUs the driver refuses
+PCI_DEVICES = "/run/npuops-lab/pci/devices"
+KMSG = "/run/npuops-lab/kmsg"   # the simulated kernel log (npuops_fleet_kernel_log_file)
+
+
+def kmsg(lines):
+    """Append to the simulated kernel log in dmesg's form: [seconds since boot] text."""
+    try:
+        with open("/proc/uptime") as f:
+            up = float(f.read().split()[0])
+    except (OSError, ValueError):
+        up = 0.0
+    os.makedirs(os.path.dirname(KMSG), exist_ok=True)
+    with open(KMSG, "a") as f:
+        for line in lines:
+            f.write(("[%12.6f] %s\n" % (up, line)) if not line.startswith(" ") else line + "\n")
+
+
+def refused_gpus(info):
+    """The lab's GPUs (PCI_DEVICES) that this nvidia module refuses, as nv.c does: the open module a GPU
+    the installed supported-gpus.json gives no kernelopen, the proprietary one a GPU marked kernelopen
+    without gsp_proprietary_supported (in a table that marks any). -> [(address, pci id, lines)]."""
+    tables = sorted(glob.glob("/usr/share/doc/*/supported-gpus.json"))
+    try:
+        chips = json.load(open(tables[0]))["chips"] if tables else []
+    except (OSError, ValueError, KeyError):
+        chips = []
+    marked = any("gsp_proprietary_supported" in (c.get("features") or []) for c in chips)
+    # the lab's open modules say so in their description (dkms.conf's, or the precompiled package's name)
+    is_open = "open" in (info.get("description") or "").lower()
+    out = []
+    for addr in sorted(os.listdir(PCI_DEVICES)) if os.path.isdir(PCI_DEVICES) else []:
+        dev = readf(os.path.join(PCI_DEVICES, addr, "device")).strip().lower()
+        chip = next((c for c in chips if c.get("devid", "").lower() == dev), None)
+        if chip is None:
+            continue
+        feats = chip.get("features") or []
+        pci = "10de:%s" % dev[2:]
+        if is_open and "kernelopen" not in feats:
+            out.append((addr, pci, ["NVRM: The NVIDIA GPU %s (PCI ID: %s)" % (addr, pci),
+                                    "               NVRM: installed in this system is not supported by open",
+                                    "               NVRM: nvidia.ko because it does not include the required GPU",
+                                    "               NVRM: System Processor (GSP).",
+                                    "nvidia: probe of %s failed with error -1" % addr]))
+        elif not is_open and marked and "kernelopen" in feats and "gsp_proprietary_supported" not in feats:
+            out.append((addr, pci, ["NVRM: The NVIDIA GPU %s (PCI ID: %s)" % (addr, pci),
+                                    "               NVRM: installed in this system requires use of the NVIDIA "
+                                    "open kernel modules.",
+                                    "NVRM: GPU %s: RmInitAdapter failed! (0x22:0x56:884)" % addr]))
+    return out
+
+
+def driver_init(mname, info):
+    """nvidia.ko's init on the lab's GPUs: the kernel log it writes; False (-ENODEV) when it refused every
+    GPU, as the real one then does not stay loaded."""
+    if mname != "nvidia" or not os.path.isdir(PCI_DEVICES):
+        return True
+    gpus = os.listdir(PCI_DEVICES)
+    refused = refused_gpus(info)
+    lines = ["nvidia-nvlink: Nvlink Core is being initialized, major device number 511"]
+    for _addr, _pci, msg in refused:
+        lines += msg
+    if refused and len(refused) == len(gpus):
+        lines += ["NVRM: The NVIDIA probe routine failed for %d device(s)." % len(refused),
+                  "NVRM: None of the NVIDIA devices were initialized.",
+                  "nvidia-nvlink: Unregistered Nvlink Core, major device number 511"]
+        kmsg(lines)
+        return False
+    lines.append("NVRM: loading NVIDIA UNIX x86_64 Kernel Module  %s  (npuops lab)" % info.get("version", ""))
+    kmsg(lines)
+    return True
+
+
 # ---------------------------------------------------------------- tools
 def err(prog, msg):
     sys.stderr.write("%s: %s\n" % (prog, msg))
@@ -415,6 +493,10 @@ def modprobe_insert(name, rel, dry, quiet, first_time, verbose):
             if not quiet:
                 err(prog, "ERROR: could not insert '%s': Exec format error" % mname)
             return 1
+        if not driver_init(mname, info):
+            if not quiet:
+                err(prog, "ERROR: could not insert '%s': No such device" % mname)
+            return 1
         do_insert(mname, info)
     return 0
 
@@ -488,6 +570,9 @@ def insmod(argv):
         if not loaded(dep):
             err(prog, "ERROR: could not insert module %s: Unknown symbol in module" % path)
             return 1
+    if not driver_init(name, info):
+        err(prog, "ERROR: could not insert module %s: No such device" % path)
+        return 1
     do_insert(name, info)
     return 0
 
