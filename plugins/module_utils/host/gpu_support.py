@@ -243,13 +243,12 @@ def describe(unsupported: Iterable[Mapping[str, Any]]) -> str:
             str(b.get("address")))
     parts = []
     for (dev, name, works), addrs in groups.items():
-        label = "%s (%sPCI ID 10de:%s, %s)" % (", ".join(addrs), "%d GPUs, " % len(addrs) if len(addrs) > 1 else "",
-                                              (dev or "0x?")[2:], name or "unnamed")
         many = len(addrs) > 1
+        count = "%d GPUs, " % len(addrs) if many else ""
+        label = "%s (%sPCI ID 10de:%s, %s)" % (", ".join(addrs), count, (dev or "0x?")[2:], name or "unnamed")
         if works and works[0].startswith("legacy branch "):
             parts.append("%s %s driven only by the %s" % (label, "are" if many else "is", works[0]))
         else:
             parts.append("%s %s only with the %s kernel modules" % (label, "run" if many else "runs",
                                                                     works[0] if works else "?"))
     return "; ".join(parts)
-
