@@ -23,6 +23,13 @@ def container(name: str) -> str:
     return ("npuops-" if offset == 0 else "npuops-o%d-" % offset) + name
 
 
+def host_of(container_name: str) -> str:
+    """The lab host a container of :func:`container` runs (its inverse)."""
+    prefix = container("")
+    assert container_name.startswith(prefix), (container_name, prefix)
+    return container_name[len(prefix):]
+
+
 DRIVER_LABELS = ("nvidia.com/cuda.driver.major", "nvidia.com/cuda.driver.minor", "nvidia.com/cuda.driver.rev")
 
 

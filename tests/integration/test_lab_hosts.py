@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from labhelpers import container
+from labhelpers import container, host_of
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTS = REPO / "tests" / "lab" / "hosts"
@@ -121,7 +121,7 @@ def test_apt_install_chosen_version_and_hold(scratch):
 def test_incident_replay(scratch):
     """domain.md incident: u-u upgrades userspace + kernel; mismatch; reboot; stale ip_vs index."""
     c = scratch(kernel=K_OLD, driver=V_OLD)
-    name = c[len("npuops-"):]
+    name = host_of(c)
     # the kernel comes from the linux-generic meta package, as on the real workers
     hx(c, "DEBIAN_FRONTEND=noninteractive apt-get install -y -q linux-generic=5.15.0.177.161 "
           "linux-image-generic=5.15.0.177.161 linux-headers-generic=5.15.0.177.161")
@@ -199,7 +199,7 @@ def test_hosts_boot_running_with_their_own_machine_id(scratch):
     after another reboot. Its machine-id is the one hostctl wrote for it, in /etc itself and not a
     mount point, so systemd-machine-id-commit.service is skipped (condition), not failed."""
     c = scratch(kernel=K_OLD, driver=V_OLD)  # created (hostctl asserts "running"), provisioned, rebooted
-    name = c[len("npuops-"):]
+    name = host_of(c)
     mid = (lab_dir() / "hosts" / name / "etc-machine-id").read_text().strip()
     assert len(mid) == 32, mid
     for when in ("after provisioning", "after a reboot"):
@@ -350,7 +350,7 @@ def test_ssh_unreachable_when_stopped_and_reboot(scratch, tmp_path):
     a stopped host is UNREACHABLE with ssh's own message, like a dead machine of a fleet, and
     reachable again once started; ansible.builtin.reboot works across the container restart."""
     c = scratch()
-    name = c[len("npuops-"):]
+    name = host_of(c)
     port = int(hostctl("ssh-port", name))
     assert json.loads((lab_dir() / "ssh" / "ports.json").read_text())[name] == port
     r, _elapsed = ansible_adhoc(name, tmp_path, "-m", "ansible.builtin.ping")
