@@ -21,10 +21,10 @@ description:
     RV(reload=in_use) for the caller to reboot instead; otherwise it fails with that reason.
   - 4. Otherwise loads back exactly what was loaded, in reverse (main module first); a host that had
     none of them loaded gets the profile's C(kernel_modules). Each by the name its file has for the
-    running kernel (Debian's C(nvidia-current)). A C(modprobe) failure fails the task quoting it, and what
-    this boot's kernel log says of the host's GPUs (the driver refusing them - a module flavour or release
-    that does not drive them; a GPU lost on the bus), as M(npuops.fleet.npu_driver_facts)
-    RV(npuops.fleet.npu_driver_facts#module:kernel_log).
+    running kernel (Debian's C(nvidia-current)). A C(modprobe) failure fails the task quoting it; for
+    "No such device", also what this boot's kernel log says of the host's GPUs (the driver refusing
+    them - a module flavour or release that does not drive them; a GPU lost on the bus), as
+    M(npuops.fleet.npu_driver_facts) RV(npuops.fleet.npu_driver_facts#module:kernel_log).
 extends_documentation_fragment:
   - npuops.fleet.vendor
 options:
@@ -165,6 +165,26 @@ class KmodReload:
              "pci_devices_dir": self.m.params["pci_devices_dir"], "kernel_log_file": self.m.params["kernel_log_file"]},
         )
 
+    def why_no_device(self, words: str) -> str:
+        """For a modprobe that failed with "No such device" (the driver's init found no GPU it would
+        drive, and did not stay loaded): what this boot's kernel log says of the host's GPUs, as
+        ``; <reason> (<devices>; kernel log: <lines>)``; "" for any other failure (a refused signature,
+        a missing module: the log's last load is an earlier one then) or when the log says nothing."""
+        if "No such device" not in words:
+            return ""
+        try:
+            klog = self.facts().get("kernel_log") or {}
+        except Exception:  # pylint: disable=broad-except  # the modprobe's own words must still reach the caller
+            klog = {}
+        self.res["kernel_log"] = klog or None
+        if not klog.get("reason"):
+            return ""
+        devices = ", ".join(klog.get("devices") or [])
+        # a failed probe that names no GPU and no refusal is not known to be the hardware's
+        reason = klog["reason"] if devices else "the driver's probe failed for the host's GPUs"
+        return "; %s (%skernel log: %s)" % (reason, devices + "; " if devices else "",
+                                            " / ".join(x.strip() for x in (klog.get("lines") or [])[:4]))
+
     def stop_services(self) -> None:
         services = self.m.params["services"]
         if services is None:
@@ -212,15 +232,8 @@ class KmodReload:
             arg = names.get(name) or name
             rc, out, err = self.runner.run([modprobe, arg])
             if rc != 0:
-                # the driver refusing the host's GPUs (a module flavour or release that does not drive
-                # them) or a GPU lost on the bus: the kernel says which, modprobe only "No such device"
-                klog = self.facts().get("kernel_log") or {}
-                self.res["kernel_log"] = klog or None
-                self.fail("modprobe %s failed (rc %s): %s%s" % (
-                    arg, rc, (err or out).strip(),
-                    "; %s (%s; kernel log: %s)" % (klog["reason"], ", ".join(klog["devices"]),
-                                                   " / ".join(x.strip() for x in klog["lines"][:4]))
-                    if klog.get("reason") else ""))
+                self.fail("modprobe %s failed (rc %s): %s%s" % (arg, rc, (err or out).strip(),
+                                                                self.why_no_device(err or out)))
             self.res["loaded"].append(arg)
             self.res["changed"] = True
         self.m.exit_json(reload="done", **self.res)

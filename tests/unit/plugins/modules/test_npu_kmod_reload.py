@@ -24,7 +24,7 @@ HELD = {
 }
 
 
-def run(monkeypatch, capsys, args, answers, active=("nvidia-persistenced.service",)):
+def run(monkeypatch, capsys, args, answers, active=("nvidia-persistenced.service",), facts_break_after=None):
     calls = []
     gathered = []
 
@@ -36,6 +36,8 @@ def run(monkeypatch, capsys, args, answers, active=("nvidia-persistenced.service
         return answers.get(tuple(argv), (0, "", ""))
 
     def gather(runner, profile, params):
+        if facts_break_after is not None and len(gathered) >= facts_break_after:
+            raise OSError("journal unreadable")
         gathered.append(dict(params))
         return dict(LOADED, **(HELD if params.get("device_holders") else {}))
 
@@ -113,3 +115,28 @@ def test_modprobe_failure_names_what_the_kernel_log_says_of_the_gpus(monkeypatch
         "module flavour not supported on this GPU (0000:03:00.0; kernel log: [    5.934570] NVRM: The NVIDIA GPU "
         "0000:03:00.0 (PCI ID: 10de:1bb3) / NVRM: installed in this system is not supported by open)")
     assert gathered[-1]["pci_devices_dir"] == "/run/sim/pci" and gathered[-1]["kernel_log_file"] == "/k"
+
+
+def test_the_kernel_log_is_read_only_for_no_such_device_and_never_hides_modprobes_words(monkeypatch, capsys):
+    monkeypatch.setitem(LOADED, "kernel_log", {"reason": "GPU lost (hardware/PCIe)", "devices": ["0000:b3:00.0"],
+                                               "lines": ["NVRM: Xid (PCI:0000:b3:00): 79"]})
+    # a signature the kernel refused: the log's last load is an earlier one, not this modprobe's
+    answers = {("modprobe", "nvidia-current"): (1, "", "modprobe: ERROR: could not insert 'nvidia': Key was "
+                                                       "rejected by service\n")}
+    res, _calls, gathered = run(monkeypatch, capsys, {}, answers)
+    assert res["msg"].endswith("Key was rejected by service") and "kernel_log" not in res, res
+    assert len(gathered) == 1  # the unload order only
+    answers = {("modprobe", "nvidia-current"): (1, "", "modprobe: ERROR: could not insert 'nvidia': No such device\n")}
+    # the facts cannot be read again: modprobe's words still come back
+    res, _calls, _gathered = run(monkeypatch, capsys, {}, answers, facts_break_after=1)
+    assert res["failed"] is True and res["msg"] == (
+        "modprobe nvidia-current failed (rc 1): modprobe: ERROR: could not insert 'nvidia': No such device")
+    res, _calls, _gathered = run(monkeypatch, capsys, {}, answers)
+    assert res["msg"].startswith("modprobe nvidia-current failed (rc 1): modprobe: ERROR: could not insert 'nvidia': "
+                                 "No such device; GPU lost (hardware/PCIe) (0000:b3:00.0; kernel log: NVRM: Xid")
+    # a probe failure that names no GPU is not blamed on the hardware
+    monkeypatch.setitem(LOADED, "kernel_log", {"reason": "GPU lost (hardware/PCIe)", "devices": [],
+                                               "lines": ["NVRM: The NVIDIA probe routine failed for 1 device(s)."]})
+    res, _calls, _gathered = run(monkeypatch, capsys, {}, answers)
+    assert res["msg"].endswith("No such device; the driver's probe failed for the host's GPUs (kernel log: NVRM: The "
+                               "NVIDIA probe routine failed for 1 device(s).)"), res["msg"]

@@ -375,24 +375,35 @@ def refused_gpus(info):
     return out
 
 
+REFUSED = "/run/npuops-lab/refused-gpus"  # the GPUs the loaded driver does not drive (the lab's nvidia-smi skips them)
+
+
 def driver_init(mname, info):
-    """nvidia.ko's init on the lab's GPUs: the kernel log it writes; False (-ENODEV) when it refused every
-    GPU, as the real one then does not stay loaded."""
+    """nvidia.ko's init on the lab's GPUs: the kernel log it writes. The open module refuses a GPU without
+    GSP at its probe: False (-ENODEV) when that left no GPU, as the real one then does not stay loaded.
+    The proprietary module refuses a GPU that needs the open modules at the device's first open
+    (RmInitAdapter): it stays loaded and that GPU is not seen (REFUSED)."""
     if mname != "nvidia" or not os.path.isdir(PCI_DEVICES):
         return True
     gpus = os.listdir(PCI_DEVICES)
     refused = refused_gpus(info)
+    at_probe = [r for r in refused if "probe of" in r[2][-1]]
     lines = ["nvidia-nvlink: Nvlink Core is being initialized, major device number 511"]
-    for _addr, _pci, msg in refused:
+    for _addr, _pci, msg in at_probe:
         lines += msg
-    if refused and len(refused) == len(gpus):
-        lines += ["NVRM: The NVIDIA probe routine failed for %d device(s)." % len(refused),
-                  "NVRM: None of the NVIDIA devices were initialized.",
+    if at_probe:
+        lines.append("NVRM: The NVIDIA probe routine failed for %d device(s)." % len(at_probe))
+    if at_probe and len(at_probe) == len(gpus):
+        lines += ["NVRM: None of the NVIDIA devices were initialized.",
                   "nvidia-nvlink: Unregistered Nvlink Core, major device number 511"]
         kmsg(lines)
         return False
     lines.append("NVRM: loading NVIDIA UNIX x86_64 Kernel Module  %s  (npuops lab)" % info.get("version", ""))
+    for _addr, _pci, msg in refused:
+        if msg not in [m for _a, _p, m in at_probe]:
+            lines += msg
     kmsg(lines)
+    writef(REFUSED, "".join(addr + "\n" for addr, _pci, _msg in refused))
     return True
 
 
