@@ -97,3 +97,36 @@ def test_with_the_check_off_the_open_module_refuses_pascal_gpus_and_the_reload_s
         assert (node.metadata.labels or {}).get(STATE) == "upgrade-failed" and node.spec.unschedulable
         assert hx(name, "test -e /sys/module/nvidia").returncode != 0  # nothing stayed loaded
         assert "None of the NVIDIA devices were initialized." in hx(name, "cat /run/npuops-lab/kmsg").stdout
+
+
+def test_proprietary_modules_and_blackwell_gpus_refused_then_unseen_after_the_reload(core_v1, lab_kubeconfig,
+                                                                                      tmp_path):
+    """The other way round: NVIDIA's CUDA repository's proprietary flavour (cuda-repo) and B200s, which
+    run only with the open modules. The plan refuses the host naming the open flavours; with the check
+    off, the driver loads and fails the GPUs at their first open (RmInitAdapter), nvidia-smi finds no
+    devices, and verify names the kernel log's reason; the node stays cordoned, upgrade-failed."""
+    spawn = ["--kernel", "5.15.0-119-generic", "--driver", "550.90.07", "--packaging", "cuda-repo"]
+    with scratch_host(core_v1, "lab-gpuflavour", spawn, "550") as name:
+        report_dir = tmp_path / "reports"
+        report_dir.mkdir()
+        for addr in hx(name, f"ls {PCI}").stdout.split():
+            hx(name, f"echo 0x2901 > {PCI}/{addr}/device; echo 0x1999 > {PCI}/{addr}/subsystem_device")
+        target = "580.126.09"
+        play(name, lab_kubeconfig, report_dir, *reload_window(name, report_dir, target, "maintenance_mode=plan"))
+        row = host_row(report_dir, name, "latest-plan")
+        assert row["status"] == "refused", row
+        assert ("0000:18:00.0, 0000:28:00.0 (2 GPUs, PCI ID 10de:2901, NVIDIA B200) run only with the open kernel "
+                "modules; the open kernel modules drive them: choose a flavour with them (cuda-repo-open, ") \
+            in row["reason"], row["reason"]
+
+        rc, out = play(name, lab_kubeconfig, report_dir,
+                       *reload_window(name, report_dir, target, {"driver_upgrade_gpu_support_check": False}))
+        assert rc != 0, out[-4000:]
+        h = host_row(report_dir, name)
+        assert h["status"] == "failed" and h["failed_phase"] == "verify", h
+        assert h["reason"].startswith(f"verify failed on {name}: module flavour not supported on this GPU "
+                                      "(0000:18:00.0, 0000:28:00.0; kernel log: "), h["reason"]
+        assert "requires use of the NVIDIA open kernel modules" in h["reason"], h["reason"]
+        assert hx(name, "cat /sys/module/nvidia/version").stdout.strip() == target  # loaded, no GPU driven
+        node = core_v1.read_node(name)
+        assert (node.metadata.labels or {}).get(STATE) == "upgrade-failed" and node.spec.unschedulable
