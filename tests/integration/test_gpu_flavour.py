@@ -75,8 +75,8 @@ def test_open_modules_and_pascal_gpus_are_refused_before_any_cordon(core_v1, lab
         assert hx(name, "cat /sys/module/nvidia/version").stdout.strip() == OLD
 
 
-def test_with_the_check_off_the_open_module_refuses_pascal_gpus_and_the_reload_says_so(core_v1, lab_kubeconfig,
-                                                                                       tmp_path):
+def test_with_the_check_off_the_open_module_refuses_pascal_gpus_and_the_reload_says_so(
+        core_v1, lab_kubeconfig, tmp_path):
     """What the check prevents: the lab's nvidia.ko init refuses GPUs as nv.c does (the open module and a
     GPU without kernelopen in the installed table), writes the kernel's lines and does not stay loaded;
     the reload fails naming the kernel log's reason, and the node stays cordoned, upgrade-failed."""
@@ -99,8 +99,8 @@ def test_with_the_check_off_the_open_module_refuses_pascal_gpus_and_the_reload_s
         assert "None of the NVIDIA devices were initialized." in hx(name, "cat /run/npuops-lab/kmsg").stdout
 
 
-def test_proprietary_modules_and_blackwell_gpus_refused_then_unseen_after_the_reload(core_v1, lab_kubeconfig,
-                                                                                      tmp_path):
+def test_proprietary_modules_and_blackwell_gpus_refused_then_unseen_after_the_reload(
+        core_v1, lab_kubeconfig, tmp_path):
     """The other way round: NVIDIA's CUDA repository's proprietary flavour (cuda-repo) and B200s, which
     run only with the open modules. The plan refuses the host naming the open flavours; with the check
     off, the driver loads and fails the GPUs at their first open (RmInitAdapter), nvidia-smi finds no
