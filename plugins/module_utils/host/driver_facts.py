@@ -328,8 +328,9 @@ class Facts:
         elif journalctl:
             rc, text, _err = self.run([journalctl, "-k", "-b", "-q", "--no-pager", "-o", "cat"])
             out = text if rc == 0 and text.strip() else None
-        if out is None and not path and self.bin("dmesg"):
-            rc, text, _err = self.run([self.bin("dmesg")])
+        dmesg = None if path or out is not None else self.bin("dmesg")
+        if dmesg:
+            rc, text, _err = self.run([dmesg])
             out = text if rc == 0 else None
         if out is None:
             return None

@@ -222,15 +222,10 @@ def judge(gpus: Iterable[Mapping[str, str]], chips: list[Mapping[str, Any]], mod
         works = flavours_for(chip, marked)
         if modules in works:
             continue
-        label = "%s (PCI ID 10de:%s, %s)" % (gpu.get("address"), (gpu.get("device_id") or "0x?")[2:],
-                                             chip["name"] or "unnamed")
         if chip["legacybranch"]:
-            why = "%s is driven only by the legacy branch %s" % (label, chip["legacybranch"])
             works = ["legacy branch %s" % chip["legacybranch"]]
-        else:
-            why = "%s runs only with the %s kernel modules" % (label, works[0])
-        bad.append(dict(address=gpu.get("address"), device_id=gpu.get("device_id"), name=chip["name"],
-                        works_with=works, why=why))
+        entry = dict(address=gpu.get("address"), device_id=gpu.get("device_id"), name=chip["name"], works_with=works)
+        bad.append(dict(entry, why=describe([entry])))
     return {"unsupported": bad, "unlisted": unlisted}
 
 
