@@ -40,6 +40,7 @@ SPEC = {
     "next": {"type": "str", "required": True},
     "prefix": {"type": "str", "default": "_driver_upgrade_"},
     "facts": {"type": "dict", "default": {}},
+    "fail_msg": {"type": "str", "default": ""},
     "reach_timeout": {"type": "int", "default": 0},
     "lease": {"type": "dict"},
 }
@@ -163,6 +164,11 @@ class ActionModule(ActionBase):
             missing = client_missing()
             if missing:
                 raise AnsibleActionFail(missing)
+        if a["fail_msg"]:  # the phase stays open; the rescue takes the record from ansible_facts
+            facts = {a["prefix"] + "result": a["result"]}
+            facts.update(a["facts"])
+            res.update(failed=True, changed=False, host_lost=False, msg=a["fail_msg"], ansible_facts=facts)
+            return res
         # No renewal into `done`: the host's upgrade is over (a failed renewal there must not fail a
         # finished node), and in check mode the Lease is left as it is, as npu_upgrade_lease would.
         if lease and a["next"] != "done" and not self._task.check_mode and renewal_due(lease, time.time()):

@@ -57,6 +57,14 @@ options:
     description: More facts to set with the boundary's, names as given.
     type: dict
     default: {}
+  fail_msg:
+    description:
+      - The closing phase's refusal (a step's outcome judged at its boundary); empty when it passed. When not
+        empty the task fails with it, the phase stays open (nothing renewed, the host not checked), and the
+        result's C(ansible_facts) holds O(result) as O(prefix) + C(result) and O(facts) (Ansible sets no facts
+        of a failed task; the role's rescue takes the record from there, the failure being this phase's).
+    type: str
+    default: ""
   reach_timeout:
     description:
       - Seconds the host may take to answer at the start of O(next); C(0) checks nothing. Not checked when

@@ -160,3 +160,42 @@ def test_a_bad_lease_fails_the_boundary_without_calling_the_host_lost(tmp_path, 
     assert "holder" in seen["reach"]["msg"], seen["reach"]["msg"]
     assert seen["zero"]["failed"] is True and seen["zero"]["host_lost"] is False
     assert "ttl must be >= 1" in seen["zero"]["msg"], seen["zero"]["msg"]
+
+
+REFUSED = """
+- hosts: localhost
+  gather_facts: false
+  vars:
+    _driver_upgrade_result: {status: running}
+    _driver_upgrade_phase: finish
+  tasks:
+    - name: A boundary that refuses keeps its phase open
+      block:
+        - name: Close finish, refused
+          npuops.fleet.npu_phase:
+            result: "{{ _driver_upgrade_result | combine({'final_state': 'validation-required'}) }}"
+            phase: finish
+            start: "{{ now(utc=true).timestamp() - 1 }}"
+            next: done
+            facts: {_driver_upgrade_prepared: true}
+            fail_msg: "finish stopped n1 in state validation-required: timed out"
+      rescue:
+        - name: Keep what the rescue saw
+          ansible.builtin.copy:
+            content: "{{ {'failed': ansible_failed_result, 'phase': _driver_upgrade_phase} | to_json }}"
+            dest: "{{ out }}"
+"""
+
+
+def test_a_refused_boundary_fails_with_its_reason_and_keeps_the_phase_open(tmp_path, playbook):
+    out = tmp_path / "refused.json"
+    proc = playbook(REFUSED, "-c", "local", "-e", "out=%s" % out)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    seen = json.loads(out.read_text())
+    failed = seen["failed"]
+    assert failed["msg"] == "finish stopped n1 in state validation-required: timed out"
+    assert failed["host_lost"] is False and seen["phase"] == "finish"
+    facts = failed["ansible_facts"]
+    # the record as given, the phase not closed in it, no next phase opened
+    assert facts["_driver_upgrade_result"] == {"status": "running", "final_state": "validation-required"}
+    assert facts["_driver_upgrade_prepared"] is True and "_driver_upgrade_phase" not in facts

@@ -1,0 +1,77 @@
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Action npu_record: one step's outcome in a host's upgrade record - facts set as set_fact sets them,
+the step's refusal when it has one, the record written on the control node (the module file holds
+its documentation). Never reaches the host."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Any
+
+from ansible.errors import AnsibleActionFail
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.plugins.action import ActionBase, VariableLayer
+
+SPEC = {
+    "facts": {"type": "dict", "required": True},
+    "fail_msg": {"type": "str", "default": ""},
+    "write_path": {"type": "path"},
+    "write_key": {"type": "str"},
+}
+
+
+def write_json(path: str, value: Any) -> None:
+    """Write ``value`` as indented JSON with a final newline to ``path`` (mode 0644), through a temporary
+    file in the same folder renamed over it, so a reader never sees half a record."""
+    folder = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(value, fh, indent=4, sort_keys=True)
+            fh.write("\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _supports_check_mode = True
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        res = super().run(tmp, task_vars or {})
+        try:
+            checked = ArgumentSpecValidator(SPEC).validate(self._task.args)
+            if checked.error_messages:
+                raise AnsibleActionFail("npu_record: %s" % "; ".join(checked.error_messages))
+            a = checked.validated_parameters
+            if bool(a["write_path"]) != bool(a["write_key"]):
+                raise AnsibleActionFail("npu_record: write_path and write_key go together (got write_path=%r, "
+                                        "write_key=%r)" % (a["write_path"], a["write_key"]))
+            if a["write_key"] and a["write_key"] not in a["facts"]:
+                raise AnsibleActionFail("npu_record: write_key %r names no key of facts (%s)"
+                                        % (a["write_key"], ", ".join(sorted(a["facts"])) or "none"))
+            facts = a["facts"]
+            # as set_fact sets them: host variables of this run, not cached facts
+            self.register_host_variables({}, VariableLayer.CACHEABLE_FACT)
+            self.register_host_variables(facts, VariableLayer.EPHEMERAL_FACT)
+            res.update(changed=False, ansible_facts=facts)
+            if a["write_path"] and not self._task.check_mode:
+                try:
+                    write_json(a["write_path"], facts[a["write_key"]])
+                except (OSError, TypeError, ValueError) as exc:
+                    raise AnsibleActionFail("npu_record: cannot write %s: %s" % (a["write_path"], exc))
+                res["written"] = a["write_path"]
+            if a["fail_msg"]:
+                # Ansible sets no facts of a failed task: they stay in this result's ansible_facts
+                res.update(failed=True, msg=a["fail_msg"])
+        except AnsibleActionFail as exc:
+            res.update(failed=True, changed=False, msg=exc.message)
+        return res
