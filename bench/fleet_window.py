@@ -19,7 +19,9 @@ in an upgrade, and in an upgrade):
 Per host: task executions (ok + skipped, as the PLAY RECAP counts them), wall time in the upgrade
 play, of it "unavoidable" (apt's install, the module unload/load or the reboot, and npu_node_upgrade's
 prepare/finish calls, which hold the cluster waits: drain, validation) and the rest, overhead.
-The ideal schedule = sum of the hosts' unavoidable time / width. A model of 1,000 and 10,000 hosts
+The ideal schedule = sum of the hosts' unavoidable time / width. How well rolling packs its lanes,
+whatever a lane costs: the lanes' span (first lane's start to last lane's end) against the sum of the
+lanes' lengths / width; the rest of the rolling wall time is the window's fixed cost. A model of 1,000 and 10,000 hosts
 at width 1, 10, 50 follows from the measured per-host costs (said to be a model in its output).
 Writes build/bench/fleet-<run>.json and build/bench/fleet-summary.json; prints a Markdown table.
 """
@@ -151,6 +153,9 @@ def costs(path: Path, hosts) -> dict:
             "task_executions": execs,
             "task_executions_upgrade_play": len([r for r in up if r["status"] in ("ok", "skipped", "failed")]),
             "lane_s": round(lane, 1),
+            # epoch seconds: the rolling schedule's span is the first lane's start to the last lane's end
+            "lane_start": min(r["start"] for r in up) if up else None,
+            "lane_end": max(r["end"] for r in up) if up else None,
             "unavoidable_s": round(unavoidable, 1),
             "overhead_s": round(max(0.0, lane - unavoidable), 1),
             "module_calls": len(
@@ -345,6 +350,13 @@ def summarize(results: dict, names: list[str]) -> int:
     upgraded_execs = sum(roll[h]["task_executions"] for h in work_hosts) / len(work_hosts)
     at_execs = max(results["noop"]["hosts"][h]["task_executions"] for h in names)
     overhead_reload = sum(strict[h]["overhead_s"] for h in reload_hosts) / max(1, len(reload_hosts))
+    # How well the rolling window packs its lanes, whatever each lane costs: the rolling lanes' span
+    # against the sum of the lanes' lengths / width (1.0 = the width in flight from the first lane's start to the
+    # last one's end); the rest of the wall time is the window's fixed cost (Lease, fleet preflight, summary).
+    spans = [(roll[h]["lane_start"], roll[h]["lane_end"]) for h in work_hosts if roll[h].get("lane_start")]
+    span = (max(e for _s, e in spans) - min(st for st, _e in spans)) if spans else 0.0
+    # a lane's length from the batches run, where no lane queues for admission inside prepare
+    packed = sum(strict[h]["lane_s"] for h in work_hosts) / WIDTH
     summary = {
         "fleet": {
             "hosts": total,
@@ -359,6 +371,9 @@ def summarize(results: dict, names: list[str]) -> int:
         "ideal_schedule_s": round(ideal, 1),
         "rolling_vs_ideal": round(results["rolling"]["wall_s"] / ideal, 2) if ideal else None,
         "rolling_vs_batches": round(results["rolling"]["wall_s"] / results["batches"]["wall_s"], 2),
+        "rolling_lanes_span_s": round(span, 1),
+        "rolling_lanes_vs_packed": round(span / packed, 2) if packed else None,
+        "rolling_fixed_s": round(results["rolling"]["wall_s"] - span, 1),
         "task_executions_per_upgraded_host": round(upgraded_execs, 1),
         "task_executions_per_host_at_target": at_execs,
         "overhead_s_per_reload_host": round(overhead_reload, 1),

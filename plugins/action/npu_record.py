@@ -15,22 +15,27 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase, VariableLayer
 
 SPEC = {
-    "facts": {"type": "dict", "required": True},
+    "facts": {"type": "dict", "default": {}},
     "fail_msg": {"type": "str", "default": ""},
     "write_path": {"type": "path"},
     "write_key": {"type": "str"},
+    "files": {
+        "type": "list",
+        "elements": "dict",
+        "default": [],
+        "options": {"path": {"type": "path", "required": True}, "content": {"type": "str", "required": True}},
+    },
 }
 
 
-def write_json(path: str, value: Any) -> None:
-    """Write ``value`` as indented JSON with a final newline to ``path`` (mode 0644), through a temporary
-    file in the same folder renamed over it, so a reader never sees half a record."""
+def write_text(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` (mode 0644) through a temporary file in the same folder renamed over
+    it, so a reader never sees half a file."""
     folder = os.path.dirname(path) or "."
     fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), dir=folder)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(value, fh, indent=4, sort_keys=True)
-            fh.write("\n")
+            fh.write(text)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
@@ -63,12 +68,20 @@ class ActionModule(ActionBase):
             self.register_host_variables({}, VariableLayer.CACHEABLE_FACT)
             self.register_host_variables(facts, VariableLayer.EPHEMERAL_FACT)
             res.update(changed=False, ansible_facts=facts)
-            if a["write_path"] and not self._task.check_mode:
-                try:
-                    write_json(a["write_path"], facts[a["write_key"]])
-                except (OSError, TypeError, ValueError) as exc:
+            writes = [(f["path"], f["content"]) for f in a["files"]]
+            if a["write_path"]:
+                try:  # as to_nice_json writes it
+                    text = json.dumps(facts[a["write_key"]], indent=4, sort_keys=True) + "\n"
+                except (TypeError, ValueError) as exc:
                     raise AnsibleActionFail("npu_record: cannot write %s: %s" % (a["write_path"], exc))
-                res["written"] = a["write_path"]
+                writes.insert(0, (a["write_path"], text))
+            if writes and not self._task.check_mode:
+                for path, text in writes:
+                    try:
+                        write_text(path, text)
+                    except OSError as exc:
+                        raise AnsibleActionFail("npu_record: cannot write %s: %s" % (path, exc))
+                res["written"] = [path for path, _text in writes]
             if a["fail_msg"]:
                 # Ansible sets no facts of a failed task: they stay in this result's ansible_facts
                 res.update(failed=True, msg=a["fail_msg"])

@@ -16,13 +16,16 @@ description:
     are then only in the result's C(ansible_facts); the role's rescue takes the record from there, so a
     refusal still reports what the step recorded.
   - With O(write_path), writes the value of O(facts)[O(write_key)] there as indented JSON with a final
-    newline (mode 0644), through a temporary file renamed over it; not in check mode, as
-    C(ansible.builtin.copy) would not.
+    newline, and each of O(files) with its content - in that order, each through a temporary file in its
+    folder renamed over it (mode 0644), so a reader never sees half a file. Not in check mode, as
+    C(ansible.builtin.copy) would not (a task with C(check_mode=false) writes).
+  - The maintenance window writes its summary, plan and chat files with it (one task instead of a
+    C(copy) or C(template) module call per file).
 options:
   facts:
     description: The host variables to set, names as given.
     type: dict
-    required: true
+    default: {}
   fail_msg:
     description: The step's refusal; empty when the step passed.
     type: str
@@ -34,6 +37,20 @@ options:
   write_key:
     description: The key of O(facts) whose value O(write_path) receives. Needs O(write_path).
     type: str
+  files:
+    description: Text files to write on the control node; their folders must exist.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: The file.
+        type: path
+        required: true
+      content:
+        description: Its whole content, as given.
+        type: str
+        required: true
 attributes:
   check_mode:
     support: full
@@ -63,6 +80,12 @@ EXAMPLES = r"""
         {{ _driver_upgrade_result | combine({'finished': now(utc=true, fmt='%Y-%m-%dT%H:%M:%SZ')}) }}
     write_path: "{{ result_dir }}/{{ inventory_hostname }}.json"
     write_key: _driver_upgrade_result
+
+- name: Write the summary twice
+  npuops.fleet.npu_record:
+    files:
+      - {path: "{{ run_dir }}/summary.md", content: "{{ lookup('ansible.builtin.template', 'summary.md.j2') }}"}
+      - {path: "{{ report_dir }}/latest.md", content: "{{ lookup('ansible.builtin.template', 'summary.md.j2') }}"}
 """
 
 RETURN = r"""
@@ -71,7 +94,8 @@ ansible_facts:
   returned: always
   type: dict
 written:
-  description: The file written.
-  returned: when O(write_path) was written
-  type: str
+  description: The files written, in order.
+  returned: when files were written
+  type: list
+  elements: str
 """

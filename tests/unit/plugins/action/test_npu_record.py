@@ -58,9 +58,15 @@ PLAYBOOK = """
         write_path: "{{ out }}/check.json"
         write_key: b
       check_mode: true
+    - name: Text files, as given
+      npuops.fleet.npu_record:
+        files:
+          - {path: "{{ out }}/a.md", content: "# a\\n\\nline"}
+          - {path: "{{ out }}/b.txt", content: ""}
+      register: texts
     - name: Keep the bad calls
       ansible.builtin.copy:
-        content: "{{ {'half': half, 'wrong': wrong, 'nofolder': nofolder, 'b': b} | to_json }}"
+        content: "{{ {'half': half, 'wrong': wrong, 'nofolder': nofolder, 'b': b, 'texts': texts} | to_json }}"
         dest: "{{ out }}/bad.json"
 """
 
@@ -87,3 +93,6 @@ def test_record_refuse_and_write(tmp_path, playbook):
     assert bad["nofolder"]["failed"] and "cannot write" in bad["nofolder"]["msg"]
     assert bad["b"] == 2 and not (tmp_path / "check.json").exists()
     assert not list(tmp_path.glob(".h1.json.*"))  # no temporary file left
+    assert (tmp_path / "a.md").read_text() == "# a\n\nline" and (tmp_path / "b.txt").read_text() == ""
+    assert bad["texts"]["written"] == [str(tmp_path / "a.md"), str(tmp_path / "b.txt")]
+    assert bad["texts"]["ansible_facts"] == {}
