@@ -74,6 +74,9 @@ def test_getting_started_guide_runs_and_its_timeline_renders(lab_kubeconfig, kub
         runs = [json.loads(p.read_text()) for p in reports.glob("*/summary.json") if p.stat().st_mtime >= t0]
         (first,) = [r for r in runs if r["result"] == "ok" and any(h["status"] == "upgraded" for h in r["hosts"])]
         assert {h["host"] for h in first["hosts"] if h["status"] == "upgraded"} == {N1, NPU}, first["hosts"]
+        # each summary links the timeline beside it
+        assert "[timeline.svg](timeline.svg)" in (reports / first["run_id"] / "summary.md").read_text()
+        assert "[latest.svg](latest.svg)" in (reports / "latest.md").read_text()
         # that window's timeline, as a picture
         png = OUT / "timeline.png"
         svg = reports / first["run_id"] / "timeline.svg"
