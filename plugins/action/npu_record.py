@@ -6,13 +6,13 @@ its documentation). Never reaches the host."""
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase, VariableLayer
+
+from ansible_collections.npuops.fleet.plugins.module_utils import atomic_file
 
 SPEC = {
     "facts": {"type": "dict", "default": {}},
@@ -26,24 +26,6 @@ SPEC = {
         "options": {"path": {"type": "path", "required": True}, "content": {"type": "str", "required": True}},
     },
 }
-
-
-def write_text(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` (mode 0644) through a temporary file in the same folder renamed over
-    it, so a reader never sees half a file."""
-    folder = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 class ActionModule(ActionBase):
@@ -78,7 +60,7 @@ class ActionModule(ActionBase):
             if writes and not self._task.check_mode:
                 for path, text in writes:
                     try:
-                        write_text(path, text)
+                        atomic_file.write_atomically(path, text)
                     except OSError as exc:
                         raise AnsibleActionFail("npu_record: cannot write %s: %s" % (path, exc))
                 res["written"] = [path for path, _text in writes]

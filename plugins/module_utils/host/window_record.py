@@ -15,10 +15,10 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import tempfile
 import time
 from typing import Any, Callable, Iterable, Mapping, Optional
 
+from ansible_collections.npuops.fleet.plugins.module_utils import atomic_file
 from ansible_collections.npuops.fleet.plugins.module_utils.host import dpkg_lock
 
 RECORD_VERSION = 1
@@ -157,19 +157,6 @@ class RecordError(Exception):
     pass
 
 
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def read_record(path: str) -> Optional[dict[str, Any]]:
     """The record at ``path``; None when there is none; :class:`RecordError` when it is not a record."""
     try:
@@ -185,31 +172,16 @@ def read_record(path: str) -> Optional[dict[str, Any]]:
 
 
 def write_record(path: str, record: Mapping[str, Any]) -> None:
-    """Write ``record`` atomically: temp file in the same directory, mode 0600, fsync, rename, fsync
-    of the directory. A reader sees the old file or the whole new one, never a part."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(record, f, indent=2)  # key order kept: services restore in the order given
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    _fsync_dir(directory)
+    """Write ``record`` atomically and durably, mode 0600 (its folder made 0700 when missing). A
+    reader sees the old file or the whole new one, never a part."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
+    # key order kept: services restore in the order given
+    atomic_file.write_atomically(path, json.dumps(record, indent=2) + "\n", mode=0o600, durable=True)
 
 
 def remove_record(path: str) -> None:
     os.unlink(path)
-    _fsync_dir(os.path.dirname(os.path.abspath(path)))
+    atomic_file.fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
 # ---- host side ------------------------------------------------------------------------------
