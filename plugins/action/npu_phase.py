@@ -16,10 +16,11 @@ from typing import Any
 from ansible import constants as C
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
-from ansible.plugins.action import ActionBase, VariableLayer
+from ansible.plugins.action import ActionBase
 
 # the Lease's pure helpers (the kubernetes client is imported only by a renewal)
 from ansible_collections.npuops.fleet.plugins.module_utils.lease import DEFAULT_NAME, DEFAULT_NAMESPACE, last_renewal
+from ansible_collections.npuops.fleet.plugins.plugin_utils.facts import set_like_set_fact
 
 LEASE_SPEC = {
     "name": {"type": "str", "default": DEFAULT_NAME},
@@ -179,9 +180,7 @@ class ActionModule(ActionBase):
         b = boundary(a["result"], a["phase"], a["start"], a["started"], a["next"], time.time())
         facts = {a["prefix"] + k: v for k, v in b.items()}
         facts.update(a["facts"])
-        # as set_fact sets them: host variables of this run, not cached facts
-        self.register_host_variables({}, VariableLayer.CACHEABLE_FACT)
-        self.register_host_variables(facts, VariableLayer.EPHEMERAL_FACT)
+        set_like_set_fact(self, facts)
         res.update(changed=False, ansible_facts=facts)
         if a["next"] != "done" and a["reach_timeout"] > 0:
             started = time.monotonic()

@@ -5,14 +5,15 @@ its documentation). Never reaches the host."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
-from ansible.plugins.action import ActionBase, VariableLayer
+from ansible.plugins.action import ActionBase
+from ansible.plugins.filter.core import to_nice_json
 
 from ansible_collections.npuops.fleet.plugins.module_utils import atomic_file
+from ansible_collections.npuops.fleet.plugins.plugin_utils.facts import set_like_set_fact
 
 SPEC = {
     "facts": {"type": "dict", "default": {}},
@@ -46,14 +47,12 @@ class ActionModule(ActionBase):
                 raise AnsibleActionFail("npu_record: write_key %r names no key of facts (%s)"
                                         % (a["write_key"], ", ".join(sorted(a["facts"])) or "none"))
             facts = a["facts"]
-            # as set_fact sets them: host variables of this run, not cached facts
-            self.register_host_variables({}, VariableLayer.CACHEABLE_FACT)
-            self.register_host_variables(facts, VariableLayer.EPHEMERAL_FACT)
+            set_like_set_fact(self, facts)
             res.update(changed=False, ansible_facts=facts)
             writes = [(f["path"], f["content"]) for f in a["files"]]
             if a["write_path"]:
-                try:  # as to_nice_json writes it
-                    text = json.dumps(facts[a["write_key"]], indent=4, sort_keys=True) + "\n"
+                try:  # as the copy of "{{ value | to_nice_json }}\n" it replaces wrote it
+                    text = to_nice_json(facts[a["write_key"]]) + "\n"
                 except (TypeError, ValueError) as exc:
                     raise AnsibleActionFail("npu_record: cannot write %s: %s" % (a["write_path"], exc))
                 writes.insert(0, (a["write_path"], text))
