@@ -143,7 +143,7 @@ class ActionModule(ActionBase):
         res = super().run(tmp, task_vars)
         try:
             return self._boundary(res, task_vars)
-        except Exception as exc:  # bad arguments, a broken stamp: a failure, never a lost host
+        except Exception as exc:  # bad arguments, a broken stamp: a failure, never a lost host (facts: _boundary)
             res.update(failed=True, changed=False, host_lost=False,
                        msg=exc.message if isinstance(exc, AnsibleActionFail) else "npu_phase: %s" % exc)
             return res
@@ -153,6 +153,10 @@ class ActionModule(ActionBase):
         if checked.error_messages:
             raise AnsibleActionFail("npu_phase: %s" % "; ".join(checked.error_messages))
         a = checked.validated_parameters
+        # Whatever fails from here (a refusal, the renewal, the lease's arguments) leaves the phase open
+        # with this record and these facts in the failed result: the rescue takes them back, so a node
+        # prepare cordoned is still known to be prepared (and gets marked).
+        res["ansible_facts"] = dict({a["prefix"] + "result": a["result"]}, **a["facts"])
         lease = None
         if a["lease"]:  # {} or null: no run Lease to renew
             lease_checked = ArgumentSpecValidator(LEASE_SPEC).validate(a["lease"])
@@ -165,10 +169,8 @@ class ActionModule(ActionBase):
             missing = client_missing()
             if missing:
                 raise AnsibleActionFail(missing)
-        if a["fail_msg"]:  # the phase stays open; the rescue takes the record from ansible_facts
-            facts = {a["prefix"] + "result": a["result"]}
-            facts.update(a["facts"])
-            res.update(failed=True, changed=False, host_lost=False, msg=a["fail_msg"], ansible_facts=facts)
+        if a["fail_msg"]:  # the phase stays open
+            res.update(failed=True, changed=False, host_lost=False, msg=a["fail_msg"])
             return res
         # No renewal into `done`: the host's upgrade is over (a failed renewal there must not fail a
         # finished node), and in check mode the Lease is left as it is, as npu_upgrade_lease would.

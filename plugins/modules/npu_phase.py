@@ -21,7 +21,8 @@ description:
     C(renew_only) does, from ansible-core's own Python (which needs the kubernetes client; checked at every
     boundary with O(lease), the preflight's included, so a control node without it fails before any cordon).
     A Lease gone or held by another run fails the task (C(operation=lost), C(lease_lost=true)) and the phase
-    stays open. No renewal into C(done), as a failed renewal must not fail a host whose upgrade is over.
+    stays open; as for O(fail_msg), the failed result's C(ansible_facts) then holds O(result) and O(facts).
+    No renewal into C(done), as a failed renewal must not fail a host whose upgrade is over.
   - After that, with O(reach_timeout) and O(next) other than C(done), waits up to O(reach_timeout) seconds
     for the host to run a module (as C(ansible.builtin.wait_for_connection), every 2 s). A host that does not
     answer fails the task with C(host_lost=true); as Ansible sets no facts of a failed task, the new phase's

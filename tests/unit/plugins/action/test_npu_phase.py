@@ -199,3 +199,47 @@ def test_a_refused_boundary_fails_with_its_reason_and_keeps_the_phase_open(tmp_p
     # the record as given, the phase not closed in it, no next phase opened
     assert facts["_driver_upgrade_result"] == {"status": "running", "final_state": "validation-required"}
     assert facts["_driver_upgrade_prepared"] is True and "_driver_upgrade_phase" not in facts
+
+
+RENEWAL_FAILS = """
+- hosts: localhost
+  gather_facts: false
+  vars:
+    _driver_upgrade_result: {status: running}
+    _driver_upgrade_phase: prepare
+    _driver_upgrade_prepared: false
+  tasks:
+    - name: The boundary after prepare cordoned the node, its Lease renewal failing
+      block:
+        - name: Close prepare
+          npuops.fleet.npu_phase:
+            result: "{{ _driver_upgrade_result | combine({'final_state': 'pod-restart-required'}) }}"
+            phase: prepare
+            start: "{{ now(utc=true).timestamp() - 1 }}"
+            next: install
+            facts: {_driver_upgrade_prepared: true}
+            lease: {holder: run-a, ttl: 30, kubeconfig: "{{ out }}.no-kubeconfig", stamp: "{{ out }}.stamp"}
+      rescue:
+        - name: Keep what the rescue saw
+          ansible.builtin.copy:
+            content: "{{ {'failed': ansible_failed_result, 'phase': _driver_upgrade_phase,
+                          'prepared': _driver_upgrade_prepared} | to_json }}"
+            dest: "{{ out }}"
+"""
+
+
+def test_a_failed_renewal_keeps_the_phase_open_with_the_record_and_facts_for_the_rescue(tmp_path, playbook):
+    out = tmp_path / "renewal.json"
+    proc = playbook(RENEWAL_FAILS, "-c", "local", "-e", "out=%s" % out)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    seen = json.loads(out.read_text())
+    failed = seen["failed"]
+    assert failed["failed"] is True and failed["host_lost"] is False
+    assert failed["msg"].startswith("lease kube-system/npuops-fleet-maintenance-window: "), failed["msg"]
+    # not set by the failed task, but there for the rescue: the node was prepared, its record kept
+    assert seen["prepared"] is False and seen["phase"] == "prepare"
+    facts = failed["ansible_facts"]
+    assert facts["_driver_upgrade_prepared"] is True
+    assert facts["_driver_upgrade_result"] == {"status": "running", "final_state": "pod-restart-required"}
+    assert "_driver_upgrade_phase" not in facts  # the phase stays open
+    assert not (tmp_path / "renewal.json.stamp").exists()  # no renewal recorded
