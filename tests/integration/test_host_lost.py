@@ -30,6 +30,7 @@ HOSTCTL = REPO / "tests" / "lab" / "hosts" / "hostctl"
 PODMAN = REPO / "tests" / "lab" / "hosts" / "bin" / "podman"
 COLLECTIONS = REPO / "build" / "collections"
 STATE = "nvidia.com/gpu-driver-upgrade-state"
+DRIVER_MAJOR = "nvidia.com/cuda.driver.major"
 OLD, TARGET = "535.183.06", "550.90.07"
 KERNEL = "5.15.0-107-generic"
 
@@ -104,13 +105,17 @@ def wait_booted(name: str, timeout: float) -> dict:
         time.sleep(0.5)
 
 
-def window(name: str, kubeconfig: str, report_dir: Path, lease: str) -> subprocess.Popen:
+def window(name: str, kubeconfig: str, report_dir: Path, lease: str,
+           extra: list[str] | None = None) -> subprocess.Popen:
+    """The maintenance window over ``name`` (one host, or several joined by commas), with ``extra``
+    ansible-playbook arguments after the test's own (later -e values win)."""
     link = COLLECTIONS / "ansible_collections" / "npuops" / "fleet"
     if not link.exists():
         link.parent.mkdir(parents=True, exist_ok=True)
         link.symlink_to(REPO)
     inv = report_dir / "hosts.yml"
-    inv.write_text(f"all:\n  children:\n    gpu_nodes:\n      hosts:\n        {name}:\n")
+    hosts = "".join(f"        {h}:\n" for h in name.split(","))
+    inv.write_text("all:\n  children:\n    gpu_nodes:\n      hosts:\n" + hosts)
     policy = {"driver_upgrade_policy": {"maxParallelUpgrades": 0, "maxUnavailable": "100%",
                                         "drain": {"enable": False}, "reboot": {"enable": False}},
               "driver_upgrade_target_version": TARGET, "driver_upgrade_connection_timeout": 10,
@@ -122,7 +127,7 @@ def window(name: str, kubeconfig: str, report_dir: Path, lease: str) -> subproce
            "-i", str(REPO / "inventories" / "lab"), "-i", str(inv),
            "-e", f"maintenance_hosts={name}", "-e", f"maintenance_report_dir={report_dir}",
            "-e", f"maintenance_lease_name={lease}", "-e", f"npuops_fleet_kubeconfig={kubeconfig}",
-           "-e", json.dumps(policy)]
+           "-e", json.dumps(policy), *(extra or [])]
     log = open(report_dir / f"run-{time.time():.0f}.log", "w")  # noqa: SIM115 - closed with the process
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(report_dir), text=True)
 
@@ -184,3 +189,72 @@ def test_host_lost_during_host_work_is_recorded_and_the_rerun_finishes(core_v1, 
     assert hx(name, "test -e /var/lib/npuops-fleet/window.json; echo $?").stdout.strip() == "1"
     held_after = set(hx(name, "apt-mark showhold").stdout.split())
     assert held_before <= held_after, (held_before, held_after)
+
+
+@pytest.fixture
+def two_gpu_hosts(core_v1, lab_kubeconfig):
+    """Two scratch GPU hosts (driver OLD), each behind its own kwok Node with the GPU presence label."""
+    names = create_kwok_nodes(core_v1, "lab-lane", 2, labels={"nvidia.com/gpu.present": "true"},
+                              capacity={"cpu": "4", "memory": "8Gi", "pods": "110", "nvidia.com/gpu": "2"})
+    try:
+        for name in names:
+            hostctl("spawn", name, "--node", "--kernel", KERNEL, "--driver", OLD)
+        for name in names:
+            wait(f"{name}: driver labels from the node agent",
+                 lambda n=name: (core_v1.read_node(n).metadata.labels or {}).get(DRIVER_MAJOR) == "535", 90)
+        yield names
+    finally:
+        for name in names:
+            subprocess.run([str(HOSTCTL), "rm", name], capture_output=True,
+                           env=dict(os.environ, NPUOPS_LAB_DIR=str(lab_dir())), check=False)
+        delete_nodes(core_v1, names)
+
+
+def test_a_lane_whose_host_is_lost_after_an_admin_set_the_skip_label_leaves_the_node_alone(
+        core_v1, two_gpu_hosts, lab_kubeconfig, tmp_path):
+    """A rolling window of width 1 on one fork: the second host's lane goes on from the fleet
+    preflight, which found no skip label. While the first lane runs, an admin labels the second node
+    skip and its host goes away. The lane reads the label again before its host check: the node is left
+    alone as the label asks (status skipped, not failed: no failure counted, no upgrade-failed mark,
+    never cordoned), and the first host's upgrade is not disturbed."""
+    skip = "nvidia.com/gpu-driver-upgrade.skip"
+    report_dir = tmp_path / "reports"
+    report_dir.mkdir()
+    lease = f"lane-skip-{uuid.uuid4().hex[:5]}"
+    first, second = None, None
+    run = window(",".join(two_gpu_hosts), lab_kubeconfig, report_dir, lease,
+                 extra=["-e", "maintenance_rollout=rolling", "--forks=1",
+                        "-e", json.dumps({"driver_upgrade_policy": {"maxParallelUpgrades": 1, "maxUnavailable": "100%",
+                                                                    "drain": {"enable": False},
+                                                                    "reboot": {"enable": False}}})])
+    try:
+        def started() -> bool:
+            nonlocal first
+            for name in two_gpu_hosts:
+                if (core_v1.read_node(name).metadata.labels or {}).get(STATE) not in (None, "", "upgrade-required"):
+                    first = name
+            return run.poll() is not None or first is not None
+
+        wait("the first lane's prepare", started, 300)
+        assert run.poll() is None and first, output(report_dir)
+        second = next(n for n in two_gpu_hosts if n != first)
+        core_v1.patch_node(second, {"metadata": {"labels": {skip: "true"}}})
+        subprocess.run([str(PODMAN), "stop", "-t", "0", container(second)], capture_output=True, check=True, timeout=60)
+        rc = run.wait(timeout=900)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    out = output(report_dir)
+    summary = json.loads((report_dir / "latest.json").read_text())
+    rows = {h["host"]: h for h in summary["hosts"]}
+    assert rows[first]["status"] == "upgraded", rows[first]
+    row = rows[second]
+    assert row["status"] == "skipped", (row, out)
+    assert f"{skip}=true" in row["reason"], row["reason"]
+    assert rc == 0 and summary["result"] == "ok", (summary["result"], out)
+    n = core_v1.read_node(second)
+    labels = n.metadata.labels or {}
+    assert not n.spec.unschedulable and labels.get(STATE) in (None, "", "upgrade-required"), labels
+    assert not list(report_dir.glob("*/failures/*")), "a skipped node was counted as a failure"
+    n = core_v1.read_node(first)
+    assert n.metadata.labels[STATE] == "upgrade-done" and not n.spec.unschedulable, n.metadata.labels
