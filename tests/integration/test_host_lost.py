@@ -251,6 +251,7 @@ def test_a_lane_whose_host_is_lost_after_an_admin_set_the_skip_label_leaves_the_
     row = rows[second]
     assert row["status"] == "skipped", (row, out)
     assert f"{skip}=true" in row["reason"], row["reason"]
+    assert row.get("restored") is None, row  # a node left alone: its host is not touched on the way out
     assert rc == 0 and summary["result"] == "ok", (summary["result"], out)
     n = core_v1.read_node(second)
     labels = n.metadata.labels or {}
