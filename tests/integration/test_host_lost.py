@@ -12,6 +12,7 @@ its own Lease name and a policy that admits it whatever else is being upgraded o
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -51,20 +52,31 @@ def hx(name: str, script: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120, check=False)
 
 
+@contextlib.contextmanager
+def scratch_gpu_hosts(core_v1, prefix: str, count: int):
+    """``count`` scratch GPU hosts (driver OLD), each behind its own kwok Node with the GPU presence
+    label, removed with their Nodes on the way out."""
+    names = create_kwok_nodes(core_v1, prefix, count, labels={"nvidia.com/gpu.present": "true"},
+                              capacity={"cpu": "4", "memory": "8Gi", "pods": "110", "nvidia.com/gpu": "2"})
+    try:
+        for name in names:
+            hostctl("spawn", name, "--node", "--kernel", KERNEL, "--driver", OLD)
+        for name in names:
+            wait(f"{name}: driver labels from the node agent",
+                 lambda n=name: (core_v1.read_node(n).metadata.labels or {}).get(DRIVER_MAJOR) == "535", 90)
+        yield names
+    finally:
+        for name in names:
+            subprocess.run([str(HOSTCTL), "rm", name], capture_output=True,
+                           env=dict(os.environ, NPUOPS_LAB_DIR=str(lab_dir())), check=False)
+        delete_nodes(core_v1, names)
+
+
 @pytest.fixture
 def gpu_host(core_v1, lab_kubeconfig):
     """A scratch GPU host (driver OLD) behind its own kwok Node with the GPU presence label."""
-    name = create_kwok_nodes(core_v1, "lab-lost", 1, labels={"nvidia.com/gpu.present": "true"},
-                             capacity={"cpu": "4", "memory": "8Gi", "pods": "110", "nvidia.com/gpu": "2"})[0]
-    try:
-        hostctl("spawn", name, "--node", "--kernel", KERNEL, "--driver", OLD)
-        wait(f"{name}: driver labels from the node agent",
-             lambda: (core_v1.read_node(name).metadata.labels or {}).get("nvidia.com/cuda.driver.major") == "535", 90)
+    with scratch_gpu_hosts(core_v1, "lab-lost", 1) as (name,):
         yield name
-    finally:
-        subprocess.run([str(HOSTCTL), "rm", name], capture_output=True,
-                       env=dict(os.environ, NPUOPS_LAB_DIR=str(lab_dir())), check=False)
-        delete_nodes(core_v1, [name])
 
 
 # A lab host's boot is done when systemd says running, or degraded only by the unit every lab host
@@ -194,20 +206,8 @@ def test_host_lost_during_host_work_is_recorded_and_the_rerun_finishes(core_v1, 
 @pytest.fixture
 def two_gpu_hosts(core_v1, lab_kubeconfig):
     """Two scratch GPU hosts (driver OLD), each behind its own kwok Node with the GPU presence label."""
-    names = create_kwok_nodes(core_v1, "lab-lane", 2, labels={"nvidia.com/gpu.present": "true"},
-                              capacity={"cpu": "4", "memory": "8Gi", "pods": "110", "nvidia.com/gpu": "2"})
-    try:
-        for name in names:
-            hostctl("spawn", name, "--node", "--kernel", KERNEL, "--driver", OLD)
-        for name in names:
-            wait(f"{name}: driver labels from the node agent",
-                 lambda n=name: (core_v1.read_node(n).metadata.labels or {}).get(DRIVER_MAJOR) == "535", 90)
+    with scratch_gpu_hosts(core_v1, "lab-lane", 2) as names:
         yield names
-    finally:
-        for name in names:
-            subprocess.run([str(HOSTCTL), "rm", name], capture_output=True,
-                           env=dict(os.environ, NPUOPS_LAB_DIR=str(lab_dir())), check=False)
-        delete_nodes(core_v1, names)
 
 
 def test_a_lane_whose_host_is_lost_after_an_admin_set_the_skip_label_leaves_the_node_alone(
