@@ -151,6 +151,44 @@ options:
         leaves it alone (RV(skipped)).
     type: bool
     default: true
+  nodes:
+    description:
+      - Only with O(phase=status) and O(drain_preview=false) - read several nodes in this one call (one GET
+        each, one process - what a per-node call costs in module start-up is paid once). Each entry holds
+        the per-node options, over the call's own; O(node) is then only the first node's name, for the
+        messages. RV(nodes) returns, per entry's O(nodes[].key), what the single-node call would return;
+        an entry that fails (bad input, API error, node not found) returns C(failed) and C(msg) there and
+        does not fail the call or the other entries.
+      - Used by the maintenance window's fleet preflight to read every target host's node at once.
+    type: list
+    elements: dict
+    suboptions:
+      key:
+        description: Names the entry in RV(nodes) (the inventory host name).
+        type: str
+        required: true
+      node:
+        description: Name of the Kubernetes node.
+        type: str
+        required: true
+      target_version:
+        description: As O(target_version).
+        type: str
+      policy:
+        description: As O(policy).
+        type: dict
+      vendor:
+        description: As O(vendor).
+        type: str
+      vendor_profile:
+        description: As O(vendor_profile).
+        type: dict
+      vendor_profiles:
+        description: As O(vendor_profiles).
+        type: dict
+      failure_domain_label:
+        description: As O(failure_domain_label).
+        type: str
   identity_fields:
     description:
       - The fields of O(host_identity) to compare. Leave out C(hostname) where kubelets run with
@@ -426,6 +464,13 @@ api_requests:
   returned: always
   type: dict
 message: {description: What happened., returned: always, type: str}
+nodes:
+  description:
+    - With O(nodes) - per entry's key, the result the single-node call would return (C(node), C(state),
+      C(previous_state), C(driver_version), C(at_target), C(skipped), C(skip_reason), C(failure_domain), ...),
+      or C(failed) and C(msg) for an entry that failed.
+  returned: with O(nodes)
+  type: dict
 conflict:
   description:
     - On failure - true when another run (or an admin) moved the node meanwhile; this call then changed
@@ -476,6 +521,108 @@ def count_requests(api_client):
     return counts
 
 
+class InputError(Exception):
+    """Bad module input; nothing was changed (the message says so)."""
+
+
+def check_inputs(p):
+    """The parsed policy and resolved vendor profile of the options ``p``, or InputError naming the
+    option that is wrong."""
+    try:
+        policy = parse_policy(p["policy"])
+        profile = resolve_profile(p["vendor"], p["vendor_profile"], p["vendor_profiles"])
+    except (PolicyError, ProfileError) as exc:
+        raise InputError("invalid input, nothing was changed: %s" % exc) from exc
+    if p["phase"] == "fail" and not p["reason"]:
+        raise InputError("phase=fail needs a reason")
+    problems = [k for k in ("admission_timeout", "operands_timeout", "validation_timeout") if p[k] < 0]
+    if problems:
+        raise InputError("invalid input, nothing was changed: %s must be >= 0 (0 waits forever)" % ", ".join(problems))
+    if not p["node"].strip():
+        raise InputError("invalid input, nothing was changed: node is empty")
+    if p["target_version"] is not None and not re.match(r"^[0-9][0-9A-Za-z.+~-]*$", p["target_version"]):
+        raise InputError("invalid input, nothing was changed: target_version %r is not a driver version "
+                         "such as 550.90.07" % p["target_version"])
+    return policy, profile
+
+
+def new_upgrade(node_upgrade, api_client, p, profile, policy, check_mode):
+    """The NodeUpgrade of the options ``p`` (timeouts of 0 wait forever: None)."""
+
+    def secs(value):
+        return None if not value else value
+
+    return node_upgrade(
+        api_client,
+        profile,
+        policy,
+        p["node"],
+        target_version=p["target_version"],
+        check_mode=check_mode,
+        admission_timeout=secs(p["admission_timeout"]),
+        operands_timeout=secs(p["operands_timeout"]),
+        validation_timeout=secs(p["validation_timeout"]),
+        retry_failed=p["retry_failed"],
+        admission_namespace=p["admission_namespace"],
+        reboot_planned=p["reboot_planned"],
+        host_at_target=p["host_at_target"],
+        baseline=p["baseline"],
+        run_id=p["run_id"],
+        own_run_only=p["own_run_only"],
+        host_identity=p["host_identity"],
+        identity_fields=p["identity_fields"],
+        drain_preview=p["drain_preview"],
+        stop_file=p["stop_file"],
+    )
+
+
+def api_error_message(exc, upgrade, p):
+    """What a call that ended in a Kubernetes API error (after its retries) says, with the RBAC hint on 403."""
+    status = getattr(exc, "status", None)
+    detail = "HTTP %s %s" % (status, getattr(exc, "reason", "")) if status else str(exc)
+    if status == 403:
+        detail += (
+            " (deploy/rbac/: ClusterRole npuops-fleet, Roles npuops-fleet-leases and npuops-fleet-events"
+            " list the access needed)"
+        )
+    if status == 404 and upgrade.state == "" and not upgrade.node:
+        detail = "node %s not found" % p["node"]
+    return "node %s, phase %s, state %s: Kubernetes API error: %s" % (
+        p["node"], p["phase"], upgrade.state or "(none)", detail)
+
+
+def failure_domain(upgrade, p):
+    return ((upgrade.node.get("metadata") or {}).get("labels") or {}).get(p["failure_domain_label"])
+
+
+def read_many(node_upgrade, upgrade_failed, api_client, p, check_mode):
+    """O(nodes): each entry's status read (phase=status, no drain preview) with its options over the
+    call's own, by the entry's key. An entry that fails says so in its own result (failed, msg):
+    bad input, ``upgrade_failed`` (the state machine's refusal) or an API error after its retries."""
+    out = {}
+    for entry in p["nodes"]:
+        q = dict(p, **{k: v for k, v in entry.items() if v is not None and k != "key"}, nodes=None)
+        upgrade = None
+        try:
+            policy, profile = check_inputs(q)
+            upgrade = new_upgrade(node_upgrade, api_client, q, profile, policy, check_mode)
+            result = upgrade.run("status")
+            result["failure_domain"] = failure_domain(upgrade, q)
+            if upgrade.warnings:
+                result["warnings"] = list(upgrade.warnings)
+        except InputError as exc:
+            result = {"failed": True, "msg": str(exc)}
+        except upgrade_failed as exc:
+            result = dict(upgrade.result, failed=True, msg=str(exc))
+            result.pop("message", None)
+        except Exception as exc:  # noqa: BLE001 - this entry's API error; the others go on
+            result = dict(upgrade.result) if upgrade is not None else {}
+            result.pop("message", None)
+            result.update(failed=True, msg=api_error_message(exc, upgrade, q) if upgrade is not None else str(exc))
+        out[entry["key"]] = result
+    return out
+
+
 def main():
     argument_spec = dict(
         node=dict(type="str", required=True),
@@ -498,6 +645,20 @@ def main():
             options=dict(host=dict(type="str"), **{field: dict(type="str") for field in IDENTITY_FIELDS}),
         ),
         drain_preview=dict(type="bool", default=True),
+        nodes=dict(
+            type="list",
+            elements="dict",
+            options=dict(
+                key=dict(type="str", required=True, no_log=False),
+                node=dict(type="str", required=True),
+                target_version=dict(type="str"),
+                policy=dict(type="dict"),
+                vendor=dict(type="str"),
+                vendor_profile=dict(type="dict"),
+                vendor_profiles=dict(type="dict"),
+                failure_domain_label=dict(type="str"),
+            ),
+        ),
         identity_fields=dict(
             type="list",
             elements="str",
@@ -532,22 +693,14 @@ def main():
     )
 
     p = module.params
+    if p["nodes"] is not None and (p["phase"] != "status" or p["drain_preview"]):
+        module.fail_json(msg="invalid input, nothing was changed: nodes is for phase=status with drain_preview=false",
+                         node=p["node"])
     try:
-        policy = parse_policy(p["policy"])
-        profile = resolve_profile(p["vendor"], p["vendor_profile"], p["vendor_profiles"])
-    except (PolicyError, ProfileError) as exc:
-        module.fail_json(msg="invalid input, nothing was changed: %s" % exc, node=p["node"])
-    if p["phase"] == "fail" and not p["reason"]:
-        module.fail_json(msg="phase=fail needs a reason", node=p["node"])
-    problems = [k for k in ("admission_timeout", "operands_timeout", "validation_timeout") if p[k] < 0]
-    if problems:
-        module.fail_json(msg="invalid input, nothing was changed: %s must be >= 0 (0 waits forever)"
-                         % ", ".join(problems), node=p["node"])
-    if not p["node"].strip():
-        module.fail_json(msg="invalid input, nothing was changed: node is empty", node=p["node"])
-    if p["target_version"] is not None and not re.match(r"^[0-9][0-9A-Za-z.+~-]*$", p["target_version"]):
-        module.fail_json(msg="invalid input, nothing was changed: target_version %r is not a driver version "
-                         "such as 550.90.07" % p["target_version"], node=p["node"])
+        # with nodes, each entry's own inputs are checked, and a bad one fails that entry only
+        policy, profile = check_inputs(p) if p["nodes"] is None else (None, None)
+    except InputError as exc:
+        module.fail_json(msg=str(exc), node=p["node"])
     try:
         api_client, kube_auth = get_api_client_and_source(p)
     except K8sAuthError as exc:
@@ -570,31 +723,10 @@ def main():
         k8s_wait.add_heartbeat(LeaseKeepalive(LeaseManager(api_client, rl["namespace"], rl["name"], budget=10),
                                               rl["holder"], rl["ttl"], renewed_age=age).tick)
 
-    def secs(value):
-        return None if not value else value
-
-    upgrade = NodeUpgrade(
-        api_client,
-        profile,
-        policy,
-        p["node"],
-        target_version=p["target_version"],
-        check_mode=module.check_mode,
-        admission_timeout=secs(p["admission_timeout"]),
-        operands_timeout=secs(p["operands_timeout"]),
-        validation_timeout=secs(p["validation_timeout"]),
-        retry_failed=p["retry_failed"],
-        admission_namespace=p["admission_namespace"],
-        reboot_planned=p["reboot_planned"],
-        host_at_target=p["host_at_target"],
-        baseline=p["baseline"],
-        run_id=p["run_id"],
-        own_run_only=p["own_run_only"],
-        host_identity=p["host_identity"],
-        identity_fields=p["identity_fields"],
-        drain_preview=p["drain_preview"],
-        stop_file=p["stop_file"],
-    )
+    if p["nodes"] is not None:
+        module.exit_json(changed=False, nodes=read_many(NodeUpgrade, UpgradeFailed, api_client, p, module.check_mode),
+                         api_requests=counts, kube_auth=kube_auth)
+    upgrade = new_upgrade(NodeUpgrade, api_client, p, profile, policy, module.check_mode)
     try:
         result = upgrade.run(p["phase"], p["reason"])
     except UpgradeFailed as exc:
@@ -609,26 +741,12 @@ def main():
             module.warn(warning)
         module.fail_json(msg=str(exc), **result)
     except Exception as exc:  # noqa: BLE001 - API errors after retries, with context
-        status = getattr(exc, "status", None)
-        detail = "HTTP %s %s" % (status, getattr(exc, "reason", "")) if status else str(exc)
-        if status == 403:
-            detail += (
-                " (deploy/rbac/: ClusterRole npuops-fleet, Roles npuops-fleet-leases and npuops-fleet-events"
-                " list the access needed)"
-            )
-        if status == 404 and upgrade.state == "" and not upgrade.node:
-            detail = "node %s not found" % p["node"]
         result = dict(upgrade.result, api_requests=counts, changed=upgrade.changed, kube_auth=kube_auth)
         result.pop("message", None)
-        module.fail_json(
-            msg="node %s, phase %s, state %s: Kubernetes API error: %s"
-            % (p["node"], p["phase"], upgrade.state or "(none)", detail),
-            exception=traceback.format_exc(),
-            **result,
-        )
+        module.fail_json(msg=api_error_message(exc, upgrade, p), exception=traceback.format_exc(), **result)
     for warning in upgrade.warnings:
         module.warn(warning)
-    result["failure_domain"] = ((upgrade.node.get("metadata") or {}).get("labels") or {}).get(p["failure_domain_label"])
+    result["failure_domain"] = failure_domain(upgrade, p)
     result["api_requests"] = counts
     result["kube_auth"] = kube_auth
     module.exit_json(**result)

@@ -1,0 +1,150 @@
+"""npu_node_upgrade with O(nodes): several nodes' status in one call, each as its own call would say,
+an entry's failure kept to that entry. The cluster is a dict of literal Node objects."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+from kubernetes.client.rest import ApiException
+
+from ansible_collections.npuops.fleet.plugins.module_utils import node_upgrade
+from ansible_collections.npuops.fleet.plugins.modules import npu_node_upgrade as mod
+
+
+def gpu_node(name, major, minor, rev, **labels):
+    return {
+        "metadata": {
+            "name": name,
+            "resourceVersion": "7",
+            "labels": {
+                "nvidia.com/gpu.present": "true",
+                "nvidia.com/cuda.driver.major": major,
+                "nvidia.com/cuda.driver.minor": minor,
+                "nvidia.com/cuda.driver.rev": rev,
+                **labels,
+            },
+            "annotations": {},
+        },
+        "spec": {},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+class Resp:
+    def __init__(self, obj):
+        self.data = json.dumps(obj)
+
+
+class Core:
+    """read_node only: what a status read without drain preview may call; anything else fails the test."""
+
+    def __init__(self, nodes):
+        self.nodes = {n["metadata"]["name"]: n for n in nodes}
+        self.reads = []
+
+    def read_node(self, name, _preload_content=True):
+        self.reads.append(name)
+        if name not in self.nodes:
+            raise ApiException(status=404, reason="Not Found")
+        return Resp(self.nodes[name])
+
+
+class Rest:
+    def request(self, *args, **kwargs):
+        raise AssertionError("no raw request expected")
+
+
+class Client:
+    rest_client = Rest()
+
+
+@pytest.fixture
+def cluster(monkeypatch):
+    core = Core(
+        [
+            gpu_node("done", "550", "90", "07", **{"nvidia.com/gpu-driver-upgrade-state": "upgrade-done"}),
+            gpu_node("old", "535", "183", "06"),
+            gpu_node(
+                "skipme",
+                "535",
+                "183",
+                "06",
+                **{"nvidia.com/gpu-driver-upgrade.skip": "true", "topology.kubernetes.io/zone": "z1"},
+            ),
+        ]
+    )
+    for api in ("CoreV1Api", "PolicyV1Api", "CoordinationV1Api", "ResourceV1Api"):
+        monkeypatch.setattr(node_upgrade.k8s, api, lambda _client, _core=core: _core, raising=False)
+    monkeypatch.setattr(mod, "get_api_client_and_source", lambda p: (Client(), {"source": "test"}))
+    return core
+
+
+def call(args, capsys):
+    with patch_module_args(args):
+        with pytest.raises(SystemExit):
+            mod.main()
+    return json.loads(capsys.readouterr().out)
+
+
+def entry(key, node, **kw):
+    return {"key": key, "node": node, "target_version": "550.90.07", **kw}
+
+
+def test_each_node_answers_as_its_own_status_call_would(cluster, capsys):
+    out = call(
+        {
+            "node": "done",
+            "phase": "status",
+            "drain_preview": False,
+            "nodes": [entry("h-done", "done"), entry("h-old", "old"), entry("h-skip", "skipme")],
+        },
+        capsys,
+    )
+    assert not out.get("failed") and out["changed"] is False
+    got = out["nodes"]
+    assert set(got) == {"h-done", "h-old", "h-skip"}
+    assert (got["h-done"]["at_target"], got["h-done"]["previous_state"]) == (True, "upgrade-done")
+    assert got["h-done"]["driver_version"] == "550.90.07"
+    assert (got["h-old"]["at_target"], got["h-old"]["previous_state"]) == (False, None)
+    assert not got["h-old"].get("skipped")
+    assert got["h-skip"]["skipped"] is True and "skip=true" in got["h-skip"]["skip_reason"]
+    assert got["h-skip"]["failure_domain"] == "z1"
+    # one GET per node, in one process
+    assert cluster.reads == ["done", "old", "skipme"]
+    # and the same as a single call for one of them
+    single = call({"node": "skipme", "phase": "status", "drain_preview": False, "target_version": "550.90.07"}, capsys)
+    for key in ("at_target", "previous_state", "skipped", "skip_reason", "driver_version", "failure_domain"):
+        assert single[key] == got["h-skip"][key], key
+
+
+def test_a_failed_entry_fails_alone_and_says_why(cluster, capsys):
+    out = call(
+        {
+            "node": "done",
+            "phase": "status",
+            "drain_preview": False,
+            "nodes": [
+                entry("h-gone", "gone"),
+                entry("h-bad", "old", policy={"maxUnavailable": "lots"}),
+                entry("h-badver", "old", target_version="latest"),
+                entry("h-old", "old"),
+            ],
+        },
+        capsys,
+    )
+    assert not out.get("failed")
+    got = out["nodes"]
+    assert got["h-gone"]["failed"] is True and "node gone not found" in got["h-gone"]["msg"]
+    assert got["h-bad"]["failed"] is True and "maxUnavailable" in got["h-bad"]["msg"]
+    assert got["h-badver"]["failed"] is True and "'latest' is not a driver version" in got["h-badver"]["msg"]
+    assert got["h-old"].get("failed") is None and got["h-old"]["at_target"] is False
+
+
+@pytest.mark.parametrize("extra", [{"phase": "prepare"}, {"drain_preview": True}])
+def test_nodes_only_for_a_status_read_without_drain_preview(cluster, capsys, extra):
+    args = {"node": "old", "phase": "status", "drain_preview": False, "nodes": [entry("h", "old")], **extra}
+    out = call(args, capsys)
+    assert out["failed"] is True and "nodes is for phase=status with drain_preview=false" in out["msg"]
+    assert cluster.reads == []
