@@ -155,10 +155,14 @@ options:
     description:
       - Only with O(phase=status) and O(drain_preview=false) - read several nodes in this one call (one GET
         each, one process - what a per-node call costs in module start-up is paid once). Each entry holds
-        the per-node options, over the call's own; O(node) is then only the first node's name, for the
-        messages. RV(nodes) returns, per entry's O(nodes[].key), what the single-node call would return;
-        an entry that fails (bad input, API error, node not found) returns C(failed) and C(msg) there and
-        does not fail the call or the other entries.
+        the per-node options below, each as the option of that name with its default when unset (the
+        call's own per-node options do not carry over); the call's client options (O(kubeconfig),
+        O(context), ...) serve every entry, and O(node) only names the call in its messages.
+      - RV(nodes) returns, per entry's O(nodes[].key), what the single-node call would return. An entry that
+        fails (bad input, node not found, an API error after its retries) returns C(failed) and C(msg) there
+        and does not fail the call. After an API error that outlasted its retries the call reads no more
+        nodes (the API server is down or refuses - every later entry says C(not read)), so the call takes at
+        most one read's retry budget longer than its reads.
       - Used by the maintenance window's fleet preflight to read every target host's node at once.
     type: list
     elements: dict
@@ -175,20 +179,22 @@ options:
         description: As O(target_version).
         type: str
       policy:
-        description: As O(policy).
-        type: dict
+        description: As O(policy) (a mapping; anything else fails this entry only).
+        type: raw
       vendor:
         description: As O(vendor).
         type: str
+        default: nvidia
       vendor_profile:
-        description: As O(vendor_profile).
-        type: dict
+        description: As O(vendor_profile) (a mapping; anything else fails this entry only).
+        type: raw
       vendor_profiles:
-        description: As O(vendor_profiles).
-        type: dict
+        description: As O(vendor_profiles) (a mapping; anything else fails this entry only).
+        type: raw
       failure_domain_label:
         description: As O(failure_domain_label).
         type: str
+        default: topology.kubernetes.io/zone
   identity_fields:
     description:
       - The fields of O(host_identity) to compare. Leave out C(hostname) where kubelets run with
@@ -595,15 +601,40 @@ def failure_domain(upgrade, p):
     return ((upgrade.node.get("metadata") or {}).get("labels") or {}).get(p["failure_domain_label"])
 
 
+ENTRY_OPTIONS = (
+    "node",
+    "target_version",
+    "policy",
+    "vendor",
+    "vendor_profile",
+    "vendor_profiles",
+    "failure_domain_label",
+)
+ENTRY_DEFAULTS = {"vendor": "nvidia", "failure_domain_label": "topology.kubernetes.io/zone"}
+
+
 def read_many(node_upgrade, upgrade_failed, api_client, p, check_mode):
-    """O(nodes): each entry's status read (phase=status, no drain preview) with its options over the
-    call's own, by the entry's key. An entry that fails says so in its own result (failed, msg):
-    bad input, ``upgrade_failed`` (the state machine's refusal) or an API error after its retries."""
+    """O(nodes): each entry's status read (phase=status, no drain preview) with the entry's per-node
+    options, by the entry's key. An entry that fails says so in its own result (failed, msg): bad input,
+    ``upgrade_failed`` (the state machine's refusal), a node not found, or an API error after its
+    retries - after which no later entry is read (each says not read), so that an API server that is
+    down costs one read's retry budget, not one per node."""
     out = {}
+    api_down = None
     for entry in p["nodes"]:
-        q = dict(p, **{k: v for k, v in entry.items() if v is not None and k != "key"}, nodes=None)
+        # the entry's per-node options only, never the call's (the first host's); unset is the default
+        q = dict(p, nodes=None, **{k: entry.get(k) for k in ENTRY_OPTIONS})
+        q.update({k: v for k, v in ENTRY_DEFAULTS.items() if q[k] is None})
         upgrade = None
         try:
+            if api_down:
+                raise InputError("not read: %s" % api_down)
+            for name in ("policy", "vendor_profile", "vendor_profiles"):
+                if q[name] is not None and not isinstance(q[name], dict):
+                    raise InputError(
+                        "invalid input, nothing was changed: %s must be a mapping, got %s"
+                        % (name, type(q[name]).__name__)
+                    )
             policy, profile = check_inputs(q)
             upgrade = new_upgrade(node_upgrade, api_client, q, profile, policy, check_mode)
             result = upgrade.run("status")
@@ -615,10 +646,13 @@ def read_many(node_upgrade, upgrade_failed, api_client, p, check_mode):
         except upgrade_failed as exc:
             result = dict(upgrade.result, failed=True, msg=str(exc))
             result.pop("message", None)
-        except Exception as exc:  # noqa: BLE001 - this entry's API error; the others go on
+        except Exception as exc:  # noqa: BLE001 - this entry's API error; the others go on or say not read
             result = dict(upgrade.result) if upgrade is not None else {}
             result.pop("message", None)
-            result.update(failed=True, msg=api_error_message(exc, upgrade, q) if upgrade is not None else str(exc))
+            msg = api_error_message(exc, upgrade, q) if upgrade is not None else str(exc)
+            result.update(failed=True, msg=msg)
+            if getattr(exc, "status", None) != 404:
+                api_down = "an earlier node's read ended in an API error (%s)" % msg
         out[entry["key"]] = result
     return out
 
@@ -652,11 +686,12 @@ def main():
                 key=dict(type="str", required=True, no_log=False),
                 node=dict(type="str", required=True),
                 target_version=dict(type="str"),
-                policy=dict(type="dict"),
-                vendor=dict(type="str"),
-                vendor_profile=dict(type="dict"),
-                vendor_profiles=dict(type="dict"),
-                failure_domain_label=dict(type="str"),
+                # raw: a wrong type fails its entry (check_inputs), not the call
+                policy=dict(type="raw"),
+                vendor=dict(type="str", default=ENTRY_DEFAULTS["vendor"]),
+                vendor_profile=dict(type="raw"),
+                vendor_profiles=dict(type="raw"),
+                failure_domain_label=dict(type="str", default=ENTRY_DEFAULTS["failure_domain_label"]),
             ),
         ),
         identity_fields=dict(

@@ -9,7 +9,7 @@ import pytest
 from ansible.module_utils.testing import patch_module_args
 from kubernetes.client.rest import ApiException
 
-from ansible_collections.npuops.fleet.plugins.module_utils import node_upgrade
+from ansible_collections.npuops.fleet.plugins.module_utils import k8s_retry, node_upgrade
 from ansible_collections.npuops.fleet.plugins.modules import npu_node_upgrade as mod
 
 
@@ -46,6 +46,8 @@ class Core:
 
     def read_node(self, name, _preload_content=True):
         self.reads.append(name)
+        if name == "broken":
+            raise ApiException(status=500, reason="Internal Server Error")
         if name not in self.nodes:
             raise ApiException(status=404, reason="Not Found")
         return Resp(self.nodes[name])
@@ -71,13 +73,16 @@ def cluster(monkeypatch):
                 "535",
                 "183",
                 "06",
-                **{"nvidia.com/gpu-driver-upgrade.skip": "true", "topology.kubernetes.io/zone": "z1"},
+                **{"nvidia.com/gpu-driver-upgrade.skip": "true", "topology.kubernetes.io/zone": "z1", "rack": "r9"},
             ),
         ]
     )
     for api in ("CoreV1Api", "PolicyV1Api", "CoordinationV1Api", "ResourceV1Api"):
         monkeypatch.setattr(node_upgrade.k8s, api, lambda _client, _core=core: _core, raising=False)
     monkeypatch.setattr(mod, "get_api_client_and_source", lambda p: (Client(), {"source": "test"}))
+    # one attempt per read: the retries' budget is the retry helper's, tested on its own
+    once = k8s_retry.call
+    monkeypatch.setattr(k8s_retry, "call", lambda fn, *a, **kw: once(fn, *a, **dict(kw, budget=0.001)))
     return core
 
 
@@ -128,6 +133,7 @@ def test_a_failed_entry_fails_alone_and_says_why(cluster, capsys):
             "nodes": [
                 entry("h-gone", "gone"),
                 entry("h-bad", "old", policy={"maxUnavailable": "lots"}),
+                entry("h-notdict", "old", policy="drain"),
                 entry("h-badver", "old", target_version="latest"),
                 entry("h-old", "old"),
             ],
@@ -138,6 +144,7 @@ def test_a_failed_entry_fails_alone_and_says_why(cluster, capsys):
     got = out["nodes"]
     assert got["h-gone"]["failed"] is True and "node gone not found" in got["h-gone"]["msg"]
     assert got["h-bad"]["failed"] is True and "maxUnavailable" in got["h-bad"]["msg"]
+    assert got["h-notdict"]["failed"] is True and "policy must be a mapping, got str" in got["h-notdict"]["msg"]
     assert got["h-badver"]["failed"] is True and "'latest' is not a driver version" in got["h-badver"]["msg"]
     assert got["h-old"].get("failed") is None and got["h-old"]["at_target"] is False
 
@@ -148,3 +155,41 @@ def test_nodes_only_for_a_status_read_without_drain_preview(cluster, capsys, ext
     out = call(args, capsys)
     assert out["failed"] is True and "nodes is for phase=status with drain_preview=false" in out["msg"]
     assert cluster.reads == []
+
+
+def test_an_entry_never_takes_another_nodes_options(cluster, capsys):
+    # the call's own options are the first host's: an entry that leaves its profile and failure-domain
+    # label unset gets the defaults (skip label nvidia.com/gpu-driver-upgrade.skip, the zone label),
+    # not the call's
+    renamed = {"upgrade_skip_label": "example.com/leave-alone"}
+    out = call(
+        {
+            "node": "skipme",
+            "phase": "status",
+            "drain_preview": False,
+            "vendor_profile": renamed,
+            "failure_domain_label": "rack",
+            "nodes": [entry("h-skip", "skipme")],
+        },
+        capsys,
+    )
+    got = out["nodes"]["h-skip"]
+    assert got["skipped"] is True
+    assert got["failure_domain"] == "z1"
+
+
+def test_after_an_api_error_no_later_node_is_read(cluster, capsys):
+    out = call(
+        {
+            "node": "old",
+            "phase": "status",
+            "drain_preview": False,
+            "nodes": [entry("h-old", "old"), entry("h-broken", "broken"), entry("h-done", "done")],
+        },
+        capsys,
+    )
+    got = out["nodes"]
+    assert got["h-old"]["at_target"] is False and not got["h-old"].get("failed")
+    assert got["h-broken"]["failed"] is True and "HTTP 500" in got["h-broken"]["msg"]
+    assert got["h-done"]["failed"] is True and got["h-done"]["msg"].startswith("not read: ")
+    assert "done" not in cluster.reads[cluster.reads.index("broken") :]
