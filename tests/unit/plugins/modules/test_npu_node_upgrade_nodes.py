@@ -97,16 +97,14 @@ def entry(key, node, **kw):
     return {"key": key, "node": node, "target_version": "550.90.07", **kw}
 
 
+def read(capsys, nodes, **call_options):
+    """One status call without drain preview for ``nodes``; the call's own node is the first entry's."""
+    args = {"node": nodes[0]["node"], "phase": "status", "drain_preview": False, "nodes": nodes, **call_options}
+    return call(args, capsys)
+
+
 def test_each_node_answers_as_its_own_status_call_would(cluster, capsys):
-    out = call(
-        {
-            "node": "done",
-            "phase": "status",
-            "drain_preview": False,
-            "nodes": [entry("h-done", "done"), entry("h-old", "old"), entry("h-skip", "skipme")],
-        },
-        capsys,
-    )
+    out = read(capsys, [entry("h-done", "done"), entry("h-old", "old"), entry("h-skip", "skipme")])
     assert not out.get("failed") and out["changed"] is False
     got = out["nodes"]
     assert set(got) == {"h-done", "h-old", "h-skip"}
@@ -125,20 +123,15 @@ def test_each_node_answers_as_its_own_status_call_would(cluster, capsys):
 
 
 def test_a_failed_entry_fails_alone_and_says_why(cluster, capsys):
-    out = call(
-        {
-            "node": "done",
-            "phase": "status",
-            "drain_preview": False,
-            "nodes": [
-                entry("h-gone", "gone"),
-                entry("h-bad", "old", policy={"maxUnavailable": "lots"}),
-                entry("h-notdict", "old", policy="drain"),
-                entry("h-badver", "old", target_version="latest"),
-                entry("h-old", "old"),
-            ],
-        },
+    out = read(
         capsys,
+        [
+            entry("h-gone", "gone"),
+            entry("h-bad", "old", policy={"maxUnavailable": "lots"}),
+            entry("h-notdict", "old", policy="drain"),
+            entry("h-badver", "old", target_version="latest"),
+            entry("h-old", "old"),
+        ],
     )
     assert not out.get("failed")
     got = out["nodes"]
@@ -162,32 +155,14 @@ def test_an_entry_never_takes_another_nodes_options(cluster, capsys):
     # label unset gets the defaults (skip label nvidia.com/gpu-driver-upgrade.skip, the zone label),
     # not the call's
     renamed = {"upgrade_skip_label": "example.com/leave-alone"}
-    out = call(
-        {
-            "node": "skipme",
-            "phase": "status",
-            "drain_preview": False,
-            "vendor_profile": renamed,
-            "failure_domain_label": "rack",
-            "nodes": [entry("h-skip", "skipme")],
-        },
-        capsys,
-    )
+    out = read(capsys, [entry("h-skip", "skipme")], vendor_profile=renamed, failure_domain_label="rack")
     got = out["nodes"]["h-skip"]
     assert got["skipped"] is True
     assert got["failure_domain"] == "z1"
 
 
 def test_after_an_api_error_no_later_node_is_read(cluster, capsys):
-    out = call(
-        {
-            "node": "old",
-            "phase": "status",
-            "drain_preview": False,
-            "nodes": [entry("h-old", "old"), entry("h-broken", "broken"), entry("h-done", "done")],
-        },
-        capsys,
-    )
+    out = read(capsys, [entry("h-old", "old"), entry("h-broken", "broken"), entry("h-done", "done")])
     got = out["nodes"]
     assert got["h-old"]["at_target"] is False and not got["h-old"].get("failed")
     assert got["h-broken"]["failed"] is True and "HTTP 500" in got["h-broken"]["msg"]
