@@ -157,12 +157,16 @@ options:
         each, one process - what a per-node call costs in module start-up is paid once). Each entry holds
         the per-node options below, each as the option of that name with its default when unset (the
         call's own per-node options do not carry over); the call's client options (O(kubeconfig),
-        O(context), ...) serve every entry, and O(node) only names the call in its messages.
-      - RV(nodes) returns, per entry's O(nodes[].key), what the single-node call would return. An entry that
-        fails (bad input, node not found, an API error after its retries) returns C(failed) and C(msg) there
-        and does not fail the call. After an API error that outlasted its retries the call reads no more
-        nodes (the API server is down or refuses - every later entry says C(not read)), so the call takes at
-        most one read's retry budget longer than its reads.
+        O(context), ...) serve every entry. O(node) is still required and names the call in its messages.
+      - RV(nodes) returns, per entry's O(nodes[].key), what the single-node call would return (without
+        RV(api_requests) and RV(kube_auth), which the call returns once at the top level, beside RV(nodes)
+        and C(changed) - the other return values are not returned at the top level). An entry that fails
+        (bad input, node not found, an API error after its retries, an unexpected error with its
+        C(exception)) returns C(failed) and C(msg) there and does not fail the other entries. After an
+        outage the retries gave up on, or a 401/403, no later entry is read (each says C(not read)), so an
+        API server that is down costs one read's retry budget, not one per node. The call itself fails
+        only on its own input (a client that cannot be built, an entry without O(nodes[].key) or
+        O(nodes[].node)).
       - Used by the maintenance window's fleet preflight to read every target host's node at once.
     type: list
     elements: dict
@@ -497,6 +501,7 @@ import traceback  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
 
+from ansible_collections.npuops.fleet.plugins.module_utils import k8s_retry  # noqa: E402
 from ansible_collections.npuops.fleet.plugins.module_utils.fleet.identity import FIELDS as IDENTITY_FIELDS  # noqa: E402
 from ansible_collections.npuops.fleet.plugins.module_utils.k8s_client import (  # noqa: E402
     AUTH_ARG_SPEC,
@@ -617,8 +622,9 @@ def read_many(node_upgrade, upgrade_failed, api_client, p, check_mode):
     """O(nodes): each entry's status read (phase=status, no drain preview) with the entry's per-node
     options, by the entry's key. An entry that fails says so in its own result (failed, msg): bad input,
     ``upgrade_failed`` (the state machine's refusal), a node not found, or an API error after its
-    retries - after which no later entry is read (each says not read), so that an API server that is
-    down costs one read's retry budget, not one per node."""
+    retries - after which, when the error holds for every node (an outage the retries gave up on,
+    401/403), no later entry is read (each says not read), so that an API server that is down costs
+    one read's retry budget, not one per node."""
     out = {}
     api_down = None
     for entry in p["nodes"]:
@@ -646,12 +652,19 @@ def read_many(node_upgrade, upgrade_failed, api_client, p, check_mode):
         except upgrade_failed as exc:
             result = dict(upgrade.result, failed=True, msg=str(exc))
             result.pop("message", None)
-        except Exception as exc:  # noqa: BLE001 - this entry's API error; the others go on or say not read
+        except Exception as exc:  # noqa: BLE001 - this entry's error; the others go on, or say not read
             result = dict(upgrade.result) if upgrade is not None else {}
             result.pop("message", None)
-            msg = api_error_message(exc, upgrade, q) if upgrade is not None else str(exc)
+            # an outage (what the retries gave up on) or a refusal of the credentials holds for every
+            # node: no more reads; anything else (a node not found, an odd object) is this node's alone
+            cluster_wide = k8s_retry.is_transient(exc) or getattr(exc, "status", None) in (401, 403)
+            if upgrade is not None and (cluster_wide or getattr(exc, "status", None) is not None):
+                msg = api_error_message(exc, upgrade, q)
+            else:
+                msg = "node %s, phase status: %s: %s" % (q["node"], type(exc).__name__, exc)
+                result["exception"] = traceback.format_exc()
             result.update(failed=True, msg=msg)
-            if getattr(exc, "status", None) != 404:
+            if cluster_wide:
                 api_down = "an earlier node's read ended in an API error (%s)" % msg
         out[entry["key"]] = result
     return out

@@ -48,6 +48,10 @@ class Core:
         self.reads.append(name)
         if name == "broken":
             raise ApiException(status=500, reason="Internal Server Error")
+        if name == "denied":
+            raise ApiException(status=403, reason="Forbidden")
+        if name == "odd":
+            return Resp(["not", "a", "node"])
         if name not in self.nodes:
             raise ApiException(status=404, reason="Not Found")
         return Resp(self.nodes[name])
@@ -168,3 +172,17 @@ def test_after_an_api_error_no_later_node_is_read(cluster, capsys):
     assert got["h-broken"]["failed"] is True and "HTTP 500" in got["h-broken"]["msg"]
     assert got["h-done"]["failed"] is True and got["h-done"]["msg"].startswith("not read: ")
     assert "done" not in cluster.reads[cluster.reads.index("broken") :]
+
+
+def test_a_refused_credential_also_ends_the_reading(cluster, capsys):
+    got = read(capsys, [entry("h-denied", "denied"), entry("h-old", "old")])["nodes"]
+    assert got["h-denied"]["failed"] is True and "HTTP 403" in got["h-denied"]["msg"]
+    assert got["h-old"]["msg"].startswith("not read: ") and cluster.reads == ["denied"]
+
+
+def test_an_odd_object_fails_its_entry_only_and_says_what_broke(cluster, capsys):
+    got = read(capsys, [entry("h-odd", "odd"), entry("h-old", "old")])["nodes"]
+    assert got["h-odd"]["failed"] is True
+    assert got["h-odd"]["msg"].startswith("node odd, phase status: ") and "API error" not in got["h-odd"]["msg"]
+    assert "Traceback" in got["h-odd"]["exception"]
+    assert got["h-old"]["at_target"] is False and not got["h-old"].get("failed")
