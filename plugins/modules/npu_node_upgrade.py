@@ -635,7 +635,8 @@ def read_many(node_upgrade, upgrade_failed, api_client, p, check_mode):
         try:
             if api_down:
                 raise InputError("not read: %s" % api_down)
-            for name in ("policy", "vendor_profile", "vendor_profiles"):
+            # parse_policy refuses a policy that is no mapping; resolve_profile expects mappings
+            for name in ("vendor_profile", "vendor_profiles"):
                 if q[name] is not None and not isinstance(q[name], dict):
                     raise InputError(
                         "invalid input, nothing was changed: %s must be a mapping, got %s"

@@ -141,7 +141,8 @@ def test_a_failed_entry_fails_alone_and_says_why(cluster, capsys):
     got = out["nodes"]
     assert got["h-gone"]["failed"] is True and "node gone not found" in got["h-gone"]["msg"]
     assert got["h-bad"]["failed"] is True and "maxUnavailable" in got["h-bad"]["msg"]
-    assert got["h-notdict"]["failed"] is True and "policy must be a mapping, got str" in got["h-notdict"]["msg"]
+    assert got["h-notdict"]["failed"] is True
+    assert "policy must be a mapping (the upgradePolicy block), got str" in got["h-notdict"]["msg"]
     assert got["h-badver"]["failed"] is True and "'latest' is not a driver version" in got["h-badver"]["msg"]
     assert got["h-old"].get("failed") is None and got["h-old"]["at_target"] is False
 
