@@ -634,6 +634,50 @@ packaging:
            signing: null, error: null,
            problems: ["kernel 5.15.0-119-generic has no build tree for DKMS
                        (/lib/modules/5.15.0-119-generic/build): install linux-headers-5.15.0-119-generic"]}
+mig:
+  description:
+    - NVIDIA profile only, while C(nvidia-smi) answers (null otherwise, and for other vendors) - the MIG mode
+      of each GPU and, when any GPU is in MIG mode, its GPU instances and their compute instances
+      (C(nvidia-smi --query-gpu=index,pci.bus_id,mig.mode.current,mig.mode.pending), C(nvidia-smi mig -lgi),
+      C(nvidia-smi mig -lci)). GPU instances live in the driver - a module reload or a reboot removes them;
+      M(npuops.fleet.npu_host_window) records the layout before the host work and makes it again after.
+  returned: always
+  type: dict
+  contains:
+    layout:
+      description:
+        - C(gpus) - per GPU C(index), C(pci_bus_id), C(mode) and C(pending) (C(Enabled), C(Disabled), or null
+          on a GPU without MIG), and C(instances) in placement order, each C(name) (C(MIG 3g.40gb)),
+          C(profile_id), C(placement) (C(start:size)) and C(compute) (its compute instances' names).
+      type: dict
+    enabled:
+      description: Some GPU is in MIG mode.
+      type: bool
+    devices:
+      description: "One line per GPU in MIG mode, C(GPU <index> (<PCI bus id>): <its GPU instances' names>)."
+      type: list
+      elements: str
+    refusals:
+      description:
+        - Why the layout could not be made again after a reload or reboot, one sentence each - a MIG mode
+          change pending (it takes effect at the next GPU reset), or a GPU instance whose compute instances are
+          not one default compute instance (only C(nvidia-smi mig -cgi ... -C) layouts are re-made). The
+          role's preflight refuses such a host before the cordon.
+      type: list
+      elements: str
+    error:
+      description: C(nvidia-smi)'s own words when a MIG read failed; the other keys are then null or empty.
+      type: str
+  sample:
+    layout:
+      gpus:
+        - {index: 0, pci_bus_id: "00000000:18:00.0", mode: Enabled, pending: Enabled,
+           instances: [{name: MIG 3g.40gb, profile_id: 9, placement: "0:4", compute: [MIG 3g.40gb]},
+                       {name: MIG 3g.40gb, profile_id: 9, placement: "4:4", compute: [MIG 3g.40gb]}]}
+    enabled: true
+    devices: ["GPU 0 (00000000:18:00.0): MIG 3g.40gb, MIG 3g.40gb"]
+    refusals: []
+    error: null
 fabricmanager:
   description:
     - NVIDIA profile only (null for other vendors) - the installed fabric manager package

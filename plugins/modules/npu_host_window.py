@@ -14,14 +14,20 @@ description:
     atomically (temporary file, fsync, rename; mode C(0600)). For each unit of O(services) - whether
     it exists, C(systemctl is-enabled), C(systemctl is-active); the packages on hold
     (C(dpkg-query -W), selection C(hold)); the state of C(apt-daily.timer), C(apt-daily-upgrade.timer)
-    and C(unattended-upgrades.service); O(run_id) and the creation time (UTC).
+    and C(unattended-upgrades.service); with O(mig_smi), the MIG layout while any GPU runs in MIG mode
+    (the GPU instances and compute instances of each GPU, which a module reload or a reboot removes);
+    O(run_id) and the creation time (UTC).
   - When O(path) already exists a previous run did not finish. The record is kept unchanged, it still
     holds the state from before that run, and RV(resumed) is true; O(services) and O(run_id) of this
     run are then not recorded.
   - Then, in both cases, automatic updates are paused for the window - C(apt-daily.timer) and
     C(apt-daily-upgrade.timer) are stopped (not disabled, not masked) when active. An
     C(unattended-upgrade) already running is left alone; wait for it with M(npuops.fleet.npu_dpkg_lock).
-  - O(state=absent) - restores from the record, then deletes it. Services recorded enabled and not
+  - O(state=absent) - restores from the record, then deletes it. First the MIG layout - each recorded
+    MIG GPU that is in MIG mode with no GPU instance gets the recorded ones again, each with its default
+    compute instance (C(nvidia-smi mig -i <gpu> -cgi <profile ids> -C)); then every recorded MIG GPU must
+    have its recorded devices (same profiles; placements are the driver's choice), else it is a failure
+    and nothing is deleted (a GPU that has other instances already is never changed). Services recorded enabled and not
     enabled now are enabled; recorded active and not active now are started; packages recorded held,
     still installed and no longer held are held again (C(dpkg --set-selections), after dpkg's locks are
     free, at most O(lock_timeout) seconds); the apt timers recorded active are started, last, so that
@@ -55,6 +61,12 @@ options:
     description:
       - Identifier of this maintenance-window run, stored in the record; a resumed run returns the
         earlier one as RV(previous_run_id).
+    type: str
+  mig_smi:
+    description:
+      - O(state=present) - the C(nvidia-smi) whose MIG layout is recorded (the vendor profile's
+        C(smi_command) on NVIDIA hosts). Unset, or C(nvidia-smi) not answering (no driver loaded, so no
+        GPU instance exists), records none. O(state=absent) uses the command stored in the record.
     type: str
   strict:
     description:
@@ -130,6 +142,11 @@ record:
       description: The apt timers the window stops (those active before it).
       type: list
       elements: str
+    mig:
+      description:
+        - The MIG layout before the window (RV(npuops.fleet.npu_driver_facts#module:mig.layout)'s shape, with
+          C(smi), the command that read it) while any GPU ran in MIG mode; null otherwise.
+      type: dict
   sample:
     version: 1
     run_id: mw-20250601-0200
@@ -162,6 +179,10 @@ restored:
   returned: when state is absent
   type: dict
   contains:
+    mig_reapplied:
+      description: "GPUs whose MIG devices were made again, as C(GPU <index> (<PCI bus id>): <profile names>)."
+      type: list
+      elements: str
     services_started:
       description: Units started.
       type: list
@@ -186,8 +207,8 @@ restored:
       elements: str
     failed:
       description:
-        - What could not be put back - C(kind) (C(service), C(timer), C(holds)), C(name), C(msg) (systemctl's or
-          dpkg's message, or the lock holder).
+        - What could not be put back - C(kind) (C(mig), C(service), C(timer), C(holds)), C(name), C(msg)
+          (nvidia-smi's, systemctl's or dpkg's message, the lock holder, or how the MIG devices differ).
       type: list
       elements: dict
   sample:
@@ -269,6 +290,7 @@ def main() -> None:
             run_id=dict(type="str"),
             strict=dict(type="bool", default=False),
             lock_timeout=dict(type="int", default=300),
+            mig_smi=dict(type="str"),
         ),
         supports_check_mode=True,
     )
@@ -286,6 +308,7 @@ def main() -> None:
         systemctl=module.get_bin_path("systemctl", required=True),
         dpkg=module.get_bin_path("dpkg", required=True),
         dpkg_query=module.get_bin_path("dpkg-query", required=True),
+        mig_smi=p["mig_smi"],
     )
     try:
         existing = window_record.read_record(p["path"])

@@ -38,6 +38,7 @@ from ansible_collections.npuops.fleet.plugins.module_utils.host import (
     gpu_support,
     kernel_log,
     kmod_holders,
+    mig,
     packaging,
     secure_boot,
 )
@@ -371,6 +372,7 @@ class Facts:
         path = self.bin(cmd) if "/" not in cmd else (cmd if os.access(cmd, os.X_OK) else None)
         res = {
             "command": cmd,
+            "path": path,
             "available": bool(path),
             "rc": None,
             "status": "missing",
@@ -679,6 +681,8 @@ def gather(runner: Runner, profile: Mapping[str, Any], params: Mapping[str, Any]
         # the vendor's GPUs on the PCI bus, what the target's supported-gpus.json is checked against
         "pci_gpus": pci_gpus,
         "fabricmanager": fm,
+        # MIG mode and layout per GPU, and why it could not be put back after a reload (case E5)
+        "mig": mig_facts(f, smi) if is_nvidia else None,
         "in_use_reason": in_use,
         # kube-proxy's IPVS module loaded now (built in or a module): the upgrade loads it back after
         "ipvs_loaded": os.path.exists("/sys/module/ip_vs"),
@@ -709,6 +713,19 @@ def gpu_kernel_log(f: "Facts", pci_gpus: list, device_count: Optional[int], smi_
                 "lines": refused["lines"]}
     lost = kernel_log.gpu_lost(text)
     return {"reason": lost["reason"], "devices": lost["devices"], "lines": lost["lines"]}
+
+
+def mig_facts(f: "Facts", smi: Mapping[str, Any]) -> Optional[dict[str, Any]]:
+    """``{"layout", "enabled", "devices", "refusals", "error"}`` (host/mig.py) while nvidia-smi answers; None otherwise
+    (no driver loaded: no GPU instance exists, nothing to record)."""
+    if smi.get("status") != "ok":
+        return None
+    try:
+        layout = mig.MigTool(f.run, smi["path"]).read()
+    except mig.MigError as e:
+        return {"layout": None, "enabled": None, "devices": [], "refusals": [], "error": str(e)}
+    return {"layout": layout, "enabled": mig.enabled(layout), "devices": mig.describe(layout),
+            "refusals": mig.restore_refusals(layout), "error": None}
 
 
 def ipvs_modules_loadable(runner: Runner, kernel: str, modules: list[str]) -> dict[str, bool]:

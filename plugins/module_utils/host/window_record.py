@@ -19,7 +19,7 @@ import time
 from typing import Any, Callable, Iterable, Mapping, Optional
 
 from ansible_collections.npuops.fleet.plugins.module_utils import atomic_file
-from ansible_collections.npuops.fleet.plugins.module_utils.host import dpkg_lock
+from ansible_collections.npuops.fleet.plugins.module_utils.host import dpkg_lock, mig
 
 RECORD_VERSION = 1
 DEFAULT_PATH = "/var/lib/npuops-fleet/window.json"
@@ -98,9 +98,12 @@ def new_record(
     services: Mapping[str, Mapping[str, Any]],
     apt_units: Mapping[str, Mapping[str, Any]],
     held: Iterable[str],
+    mig_layout: Optional[Mapping[str, Any]] = None,
 ) -> dict[str, Any]:
     """The record written before the window. ``timers_stopped``: the apt timers this window stops
-    (those active now), written before they are stopped so that a kill in between loses nothing."""
+    (those active now), written before they are stopped so that a kill in between loses nothing.
+    ``mig``: the MIG layout (host/mig.py) with the ``smi`` that read it, while a GPU runs in MIG mode;
+    else None."""
     return {
         "version": RECORD_VERSION,
         "run_id": run_id,
@@ -109,6 +112,7 @@ def new_record(
         "apt_units": {k: dict(v) for k, v in apt_units.items()},
         "held_packages": sorted(set(held)),
         "timers_stopped": [t for t in PAUSE_TIMERS if (apt_units.get(t) or {}).get("active")],
+        "mig": dict(mig_layout) if mig.enabled(mig_layout) else None,
     }
 
 
@@ -210,8 +214,10 @@ class HostWindow:
         wait_locks: Optional[Callable[..., dict[str, Any]]] = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        mig_smi: Optional[str] = None,
     ):
         self.run = run
+        self.mig_smi = mig_smi
         self.systemctl, self.dpkg, self.dpkg_query = systemctl, dpkg, dpkg_query
         self.wait_locks = wait_locks or (lambda paths, timeout: dpkg_lock.wait_for_locks(paths, timeout, poll=1.0))
         self.clock, self.sleep = clock, sleep
@@ -228,6 +234,16 @@ class HostWindow:
             raise RecordError("dpkg-query failed (rc %s): %s" % (rc, _message(err, out)))
         return parse_dpkg_status(out)
 
+    def mig_layout(self) -> Optional[dict[str, Any]]:
+        """The MIG layout now (with ``smi``), when ``mig_smi`` is set and nvidia-smi answers. A driver that
+        does not answer has no GPU instance to lose, so nothing is recorded then."""
+        if not self.mig_smi:
+            return None
+        try:
+            return dict(mig.MigTool(self.run, self.mig_smi).read(), smi=self.mig_smi)
+        except mig.MigError:
+            return None
+
     def snapshot(self, run_id: Optional[str], services: Iterable[str], created: Optional[str] = None):
         services = list(dict.fromkeys(services))
         return new_record(
@@ -236,6 +252,7 @@ class HostWindow:
             {s: self.unit_state(s) for s in services},
             {u: self.unit_state(u) for u in APT_UNITS},
             held_packages(self.dpkg_status()),
+            self.mig_layout(),
         )
 
     # changing
@@ -282,19 +299,48 @@ class HostWindow:
 
     @staticmethod
     def empty_restored() -> dict[str, Any]:
-        keys = ("services_enabled", "services_started", "holds_reapplied", "timers_started", "failed",
-                "services_left_alone")
+        keys = ("mig_reapplied", "services_enabled", "services_started", "holds_reapplied", "timers_started",
+                "failed", "services_left_alone")
         return {k: [] for k in keys}
 
+    def restore_mig(self, recorded: Optional[Mapping[str, Any]], check_mode: bool, res: dict[str, Any]) -> None:
+        """Make the recorded MIG layout again where the reload or reboot removed it (each GPU back in MIG
+        mode with no GPU instance), then check that every MIG GPU has the recorded devices. Fills
+        ``res["mig_reapplied"]`` (``"GPU <index> (<bus id>): <names>"``) and ``res["failed"]`` (kind ``mig``)."""
+        if not mig.enabled(recorded):
+            return
+        tool = mig.MigTool(self.run, (recorded or {}).get("smi") or "nvidia-smi")
+        try:
+            now = tool.read()
+            plan = mig.create_plan(recorded, now)
+            done = ["GPU %s (%s): %s" % (p["index"], p["pci_bus_id"], ", ".join(p["names"])) for p in plan]
+            if check_mode:
+                res["mig_reapplied"] = done
+                return
+            for step in plan:
+                tool.create(step)
+            problems = mig.compare(recorded, tool.read() if plan else now)
+        except mig.MigError as e:
+            res["failed"].append({"kind": "mig", "name": "MIG layout", "msg": str(e)})
+            return
+        res["mig_reapplied"] = done
+        if problems:
+            res["failed"].append({"kind": "mig", "name": "MIG layout",
+                                  "msg": "MIG layout not as before the window: " + "; ".join(problems)})
+
     def restore(self, record: Mapping[str, Any], lock_timeout: float, check_mode: bool) -> dict[str, Any]:
-        """Bring the host back to ``record``. Order: services (enable, start), package holds, then the apt
-        timers last, so that no unattended-upgrade can start before the holds are back; when the holds
-        could not be put back the timers stay stopped (the record is kept and the next run retries)."""
+        """Bring the host back to ``record``. Order: the MIG layout (before the services, which may list
+        MIG devices when they start), services (enable, start), package holds, then the apt timers last,
+        so that no unattended-upgrade can start before the holds are back; when the holds could not be
+        put back the timers stay stopped (the record is kept and the next run retries)."""
+        res_mig = self.empty_restored()
+        self.restore_mig(record.get("mig"), check_mode, res_mig)
         services_now = {s: self.unit_state(s) for s in (record.get("services") or {})}
         timers_now = {t: self.unit_state(t) for t in PAUSE_TIMERS}
         dpkg_now = self.dpkg_status() if record.get("held_packages") else {}
         plan = restore_plan(record, services_now, timers_now, dpkg_now)
         res = self.empty_restored()
+        res["mig_reapplied"], res["failed"] = res_mig["mig_reapplied"], res_mig["failed"]
         res["services_left_alone"] = plan["left_alone"]
         if check_mode:
             res.update(

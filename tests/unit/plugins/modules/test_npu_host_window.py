@@ -176,6 +176,7 @@ def test_absent_restores_exactly_the_recorded_state(monkeypatch, capsys, tmp_pat
     r = window(monkeypatch, capsys, host, path, state="absent")
     assert r["changed"] is True and r["removed"] is True and not path.exists()
     assert r["restored"] == {
+        "mig_reapplied": [],
         "services_enabled": ["nvidia-fabricmanager"],
         "services_started": ["nvidia-persistenced", "nvidia-fabricmanager"],
         "holds_reapplied": ["linux-image-5.15.0-177-generic"],
