@@ -6,12 +6,15 @@ loaded module's /sys/module/nvidia (the lab's kmod state), so the reload wipes t
 A scratch host with two H100s in MIG mode, carved 3g.40gb + 2x 1g.10gb and 7g.80gb, goes 535 -> 550 by
 module reload: afterwards each GPU has the same GPU instances again (read here from `nvidia-smi mig
 -lgi` itself), the node is uncordoned at upgrade-done and the summary says what was made again. A
-pending mode change (it would take effect at the reset) is refused in the plan before any cordon.
+pending mode change (it would take effect at the reset) is refused in the plan before any cordon. Then
+a run killed after its reload: its pre-window record (written by npu_host_window, as the role does) and
+a reload by hand leave no GPU instance; the next window, to 580, takes the layout from that kept record.
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from scratchhost import host_row, play, reload_window, scratch_host
@@ -19,7 +22,7 @@ from test_host_lost import hx
 
 pytestmark = pytest.mark.lab
 
-OLD, TARGET = "535.183.06", "550.90.07"
+OLD, TARGET, NEXT = "535.183.06", "550.90.07", "580.126.09"
 KERNEL = "5.15.0-107-generic"
 STATE = "nvidia.com/gpu-driver-upgrade-state"
 MODE_FILE = "/var/lib/npuops-lab/host/mig-mode"
@@ -70,3 +73,22 @@ def test_the_mig_layout_is_made_again_after_the_reload(core_v1, lab_kubeconfig, 
         node = core_v1.read_node(name)
         assert (node.metadata.labels or {}).get(STATE) == "upgrade-done" and not node.spec.unschedulable
         assert hx(name, "test -e /var/lib/npuops-fleet/window.json").returncode != 0  # restored, record gone
+
+        # a run killed after its reload: the record it wrote before the host work, then the modules reloaded
+        book = tmp_path / "record.yml"
+        book.write_text(f"- hosts: {name}\n  gather_facts: false\n  tasks:\n"
+                        "    - npuops.fleet.npu_host_window: {state: present, mig_smi: nvidia-smi, run_id: killed}\n")
+        rc, out = play(name, lab_kubeconfig, report_dir, str(Path(book).resolve()))
+        assert rc == 0, out[-4000:]
+        assert hx(name, "modprobe -r nvidia_drm nvidia_modeset nvidia_uvm nvidia; modprobe nvidia").returncode == 0
+        assert gpu_instances(name) == {}
+        rc, out = play(name, lab_kubeconfig, report_dir, *reload_window(name, report_dir, NEXT))
+        assert rc == 0, out[-4000:]
+        h = host_row(report_dir, name)
+        assert h["status"] == "upgraded" and h["new_version"] == NEXT, h
+        # no MIG device ran when this run started...
+        assert h["mig_before"] == ["GPU 0 (00000000:18:00.0): none", "GPU 1 (00000000:28:00.0): none"], h
+        assert h["mig_reapplied"] == ["GPU 0 (00000000:18:00.0): MIG 3g.40gb, MIG 1g.10gb, MIG 1g.10gb",
+                                      "GPU 1 (00000000:28:00.0): MIG 7g.80gb"], h  # ...the kept record knew
+        assert gpu_instances(name) == before
+        assert hx(name, "test -e /var/lib/npuops-fleet/window.json").returncode != 0

@@ -93,7 +93,7 @@ def parse_compute_instances(rc: int, out: str, err: str = "") -> list[dict[str, 
 
 
 def _placement_key(placement: str) -> tuple[int, int]:
-    start, _, size = placement.partition(":")
+    start, size = (placement.split(":", 1) + [""])[:2]
     return (int(start), int(size)) if start.isdigit() and size.isdigit() else (1 << 30, 0)
 
 
