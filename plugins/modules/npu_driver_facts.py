@@ -634,6 +634,22 @@ packaging:
            signing: null, error: null,
            problems: ["kernel 5.15.0-119-generic has no build tree for DKMS
                        (/lib/modules/5.15.0-119-generic/build): install linux-headers-5.15.0-119-generic"]}
+cdi:
+  description:
+    - NVIDIA profile only (null otherwise) - the container runtimes' NVIDIA CDI specs (C(/etc/cdi),
+      C(/var/run/cdi); C(kind) C(nvidia.com/...)), which name the driver's files by version and must be
+      regenerated after an upgrade (M(npuops.fleet.npu_cdi_refresh)).
+  returned: always
+  type: dict
+  contains:
+    specs:
+      description: The spec files; empty when the host does not use CDI.
+      type: list
+      elements: str
+    nvidia_ctk:
+      description: The toolkit's C(nvidia-ctk) is in C(PATH) (null when there is no spec).
+      type: bool
+  sample: {specs: [/etc/cdi/nvidia.yaml], nvidia_ctk: true}
 mig:
   description:
     - NVIDIA profile only, while C(nvidia-smi) answers (null otherwise, and for other vendors) - the MIG mode

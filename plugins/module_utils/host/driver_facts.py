@@ -32,6 +32,7 @@ from ansible_collections.npuops.fleet.plugins.module_utils.driver_version import
 )
 from ansible_collections.npuops.fleet.plugins.module_utils.host import (
     apt_output,
+    cdi,
     dkms,
     dpkg_lock,
     fabricmanager,
@@ -683,6 +684,8 @@ def gather(runner: Runner, profile: Mapping[str, Any], params: Mapping[str, Any]
         "fabricmanager": fm,
         # MIG mode and layout per GPU, and why it could not be put back after a reload (case E5)
         "mig": mig_facts(f, smi) if is_nvidia else None,
+        # the container runtime's NVIDIA CDI specs, which name driver files by version (case E4)
+        "cdi": cdi_facts(f) if is_nvidia else None,
         "in_use_reason": in_use,
         # kube-proxy's IPVS module loaded now (built in or a module): the upgrade loads it back after
         "ipvs_loaded": os.path.exists("/sys/module/ip_vs"),
@@ -713,6 +716,13 @@ def gpu_kernel_log(f: "Facts", pci_gpus: list, device_count: Optional[int], smi_
                 "lines": refused["lines"]}
     lost = kernel_log.gpu_lost(text)
     return {"reason": lost["reason"], "devices": lost["devices"], "lines": lost["lines"]}
+
+
+def cdi_facts(f: "Facts") -> dict[str, Any]:
+    """``{"specs": [paths], "nvidia_ctk": bool}`` (host/cdi.py): the NVIDIA CDI specs in the runtimes'
+    directories, and whether the toolkit's CLI is there to regenerate them."""
+    specs = cdi.find_specs(cdi.DEFAULT_DIRS, lambda p: _read(p) or "")
+    return {"specs": [s["path"] for s in specs], "nvidia_ctk": bool(f.bin("nvidia-ctk")) if specs else None}
 
 
 def mig_facts(f: "Facts", smi: Mapping[str, Any]) -> Optional[dict[str, Any]]:
