@@ -3,7 +3,7 @@
 The MIG mode is a setting of the GPU and survives a reboot; the GPU and compute instances live in the
 driver and are gone once the module is unloaded. The lab's nvidia-smi keeps the instances inside the
 loaded module's /sys/module/nvidia (the lab's kmod state), so the reload wipes them as on a real host.
-A scratch host with two H100s in MIG mode, carved 3g.40gb + 2x 1g.10gb and 7g.80gb, goes 535 -> 550 by
+A scratch host with two H100s in MIG mode, carved 3g.40gb + 1g.10gb+me + 1g.10gb and 7g.80gb, goes 535 -> 550 by
 module reload: afterwards each GPU has the same GPU instances again (read here from `nvidia-smi mig
 -lgi` itself), the node is uncordoned at upgrade-done and the summary says what was made again. A
 pending mode change (it would take effect at the reset) is refused in the plan before any cordon. Then
@@ -56,8 +56,9 @@ def test_the_mig_layout_is_made_again_after_the_reload(core_v1, lab_kubeconfig, 
 
         # both GPUs in MIG mode, carved as a tenant would
         assert hx(name, f"printf '0 Enabled\\n1 Enabled\\n' > {MODE_FILE}").returncode == 0
-        assert hx(name, "nvidia-smi mig -i 0 -cgi 9,19,19 -C && nvidia-smi mig -i 1 -cgi 0 -C").returncode == 0
-        before = {0: ["1g.10gb", "1g.10gb", "3g.40gb"], 1: ["7g.80gb"]}
+        # 1g.10gb+me: its default compute instance is named MIG 1g.10gb, as the real nvidia-smi names it
+        assert hx(name, "nvidia-smi mig -i 0 -cgi 9,20,19 -C && nvidia-smi mig -i 1 -cgi 0 -C").returncode == 0
+        before = {0: ["1g.10gb", "1g.10gb+me", "3g.40gb"], 1: ["7g.80gb"]}
         assert gpu_instances(name) == before
 
         rc, out = play(name, lab_kubeconfig, report_dir, *reload_window(name, report_dir, TARGET))
@@ -66,7 +67,7 @@ def test_the_mig_layout_is_made_again_after_the_reload(core_v1, lab_kubeconfig, 
         assert h["status"] == "upgraded" and h["new_version"] == TARGET, h
         assert hx(name, "cat /sys/module/nvidia/version").stdout.strip() == TARGET  # reloaded, so wiped and remade
         assert gpu_instances(name) == before
-        assert h["mig_before"] == ["GPU 0 (00000000:18:00.0): MIG 3g.40gb, MIG 1g.10gb, MIG 1g.10gb",
+        assert h["mig_before"] == ["GPU 0 (00000000:18:00.0): MIG 3g.40gb, MIG 1g.10gb+me, MIG 1g.10gb",
                                    "GPU 1 (00000000:28:00.0): MIG 7g.80gb"], h
         assert h["mig_reapplied"] == h["mig_before"], h
         assert "MIG devices made again after the module reload or reboot" in (report_dir / "latest.md").read_text()
@@ -88,7 +89,7 @@ def test_the_mig_layout_is_made_again_after_the_reload(core_v1, lab_kubeconfig, 
         assert h["status"] == "upgraded" and h["new_version"] == NEXT, h
         # no MIG device ran when this run started...
         assert h["mig_before"] == ["GPU 0 (00000000:18:00.0): none", "GPU 1 (00000000:28:00.0): none"], h
-        assert h["mig_reapplied"] == ["GPU 0 (00000000:18:00.0): MIG 3g.40gb, MIG 1g.10gb, MIG 1g.10gb",
+        assert h["mig_reapplied"] == ["GPU 0 (00000000:18:00.0): MIG 3g.40gb, MIG 1g.10gb+me, MIG 1g.10gb",
                                       "GPU 1 (00000000:28:00.0): MIG 7g.80gb"], h  # ...the kept record knew
         assert gpu_instances(name) == before
         assert hx(name, "test -e /var/lib/npuops-fleet/window.json").returncode != 0

@@ -28,6 +28,8 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Mapping, Optional
 
+from ansible_collections.npuops.fleet.plugins.module_utils import smi_parsers
+
 MODE_QUERY_FIELDS = ("index", "pci.bus_id", "mig.mode.current", "mig.mode.pending")
 
 # `nvidia-smi mig -lgi` table row: |   0  MIG 1g.10gb          19        7          4:1     |
@@ -39,7 +41,13 @@ _NOTHING = ("no gpu instances found", "no compute instances found", "no mig-enab
 
 
 class MigError(Exception):
-    """nvidia-smi could not say or do what was asked; the message quotes it."""
+    """nvidia-smi could not say or do what was asked; the message quotes it. ``driver_answered`` is False
+    when nvidia-smi said that no driver answers (none loaded, or a userspace that does not match the loaded
+    module): no MIG device is usable then, and none can be read."""
+
+    def __init__(self, msg: str, driver_answered: bool = True) -> None:
+        super().__init__(msg)
+        self.driver_answered = driver_answered
 
 
 def _norm_mode(value: Optional[str]) -> Optional[str]:
@@ -72,12 +80,31 @@ def _first_line(*texts: str) -> str:
     return ""
 
 
+def _no_rows(what: str, rc: int, out: str, err: str) -> None:
+    """A read without a row is "none exist" only when nvidia-smi says so; a failure, or output that is
+    not the table (a format this parser does not know), is an error: never taken for an empty layout."""
+    if _nothing_listed(rc, out, err):
+        return
+    if rc != 0:
+        raise MigError("nvidia-smi mig %s failed (rc %s): %s" % (what, rc, _first_line(err, out)))
+    if (out or "").strip():
+        raise MigError("nvidia-smi mig %s printed no row this collection can read: %s" % (what, _first_line(out)))
+
+
+def _failure_line(*texts: str) -> str:
+    """nvidia-smi's reason in a failed run's output: the first line saying "Unable"/"fail"/"error" (a run
+    that made some instances says so first), else the last line."""
+    lines = [ln.strip() for t in texts for ln in (t or "").splitlines() if ln.strip()]
+    said = next((ln for ln in lines if re.search(r"unable|fail|error", ln, re.I)), lines[-1] if lines else "")
+    return " ".join(said.split())[:300]
+
+
 def parse_gpu_instances(rc: int, out: str, err: str = "") -> list[dict[str, Any]]:
     """``nvidia-smi mig -lgi`` -> ``[{"gpu", "name", "profile_id", "gi_id", "placement"}]``; ``[]`` when
-    it says none exist (rc 6); :class:`MigError` for any other failure."""
+    it says none exist (rc 6); :class:`MigError` for any other failure or output without a table row."""
     rows = [m.groups() for m in map(_GI_ROW.match, (out or "").splitlines()) if m]
-    if not rows and (rc != 0 and not _nothing_listed(rc, out, err)):
-        raise MigError("nvidia-smi mig -lgi failed (rc %s): %s" % (rc, _first_line(err, out)))
+    if not rows:
+        _no_rows("-lgi", rc, out, err)
     return [{"gpu": int(g), "name": " ".join(n.split()), "profile_id": int(p), "gi_id": int(i), "placement": pl}
             for g, n, p, i, pl in rows]
 
@@ -86,8 +113,8 @@ def parse_compute_instances(rc: int, out: str, err: str = "") -> list[dict[str, 
     """``nvidia-smi mig -lci`` -> ``[{"gpu", "gi_id", "name", "profile_id", "ci_id", "placement"}]``;
     ``[]`` when it says none exist; :class:`MigError` otherwise."""
     rows = [m.groups() for m in map(_CI_ROW.match, (out or "").splitlines()) if m]
-    if not rows and (rc != 0 and not _nothing_listed(rc, out, err)):
-        raise MigError("nvidia-smi mig -lci failed (rc %s): %s" % (rc, _first_line(err, out)))
+    if not rows:
+        _no_rows("-lci", rc, out, err)
     return [{"gpu": int(g), "gi_id": int(gi), "name": " ".join(n.split()), "profile_id": int(p), "ci_id": int(c),
              "placement": pl} for g, gi, n, p, c, pl in rows]
 
@@ -125,6 +152,17 @@ def describe(layout: Optional[Mapping[str, Any]]) -> list[str]:
     return ["%s: %s" % (_gpu_label(g), _profiles(g)) for g in gpus if g.get("mode") == "Enabled"]
 
 
+_BASE = re.compile(r"^MIG (\d+g\.\d+gb)")
+
+
+def default_compute(gi: Mapping[str, Any]) -> bool:
+    """Whether a GPU instance has exactly its default compute instance (what ``-cgi ... -C`` makes). That
+    one is named after the GPU instance's slices and memory without the profile's attributes: a
+    ``MIG 1g.10gb+me`` GPU instance's default compute instance is ``MIG 1g.10gb``."""
+    m = _BASE.match(gi.get("name") or "")
+    return bool(m) and gi.get("compute") == ["MIG " + m.group(1)]
+
+
 def restore_refusals(layout: Optional[Mapping[str, Any]]) -> list[str]:
     """Why this layout could not be put back after a reload or reboot, one sentence each; ``[]`` when
     it can. Checked before the cordon."""
@@ -135,7 +173,7 @@ def restore_refusals(layout: Optional[Mapping[str, Any]]) -> list[str]:
                        "finish or undo it (nvidia-smi -i %s -mig) before the window"
                        % (_gpu_label(g), g["mode"], g["pending"], g.get("index")))
         for gi in g.get("instances") or []:
-            if gi.get("compute") != [gi["name"]]:
+            if not default_compute(gi):
                 out.append("%s: GPU instance %s (%s) has compute instances %s; only one default compute instance "
                            "per GPU instance is re-made after the reload (nvidia-smi mig -cgi ... -C): make the "
                            "layout so, or move it to mig-parted before the window"
@@ -172,20 +210,41 @@ def compare(recorded: Optional[Mapping[str, Any]], now: Mapping[str, Any]) -> li
 
 
 def create_plan(recorded: Optional[Mapping[str, Any]], now: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The GPUs to re-make: each recorded MIG GPU that is in MIG mode now with no GPU instance at all,
-    as ``[{"index" (now), "pci_bus_id", "profile_ids" (placement order), "names"}]``. A GPU that has some
-    instances already is never touched (someone made them: :func:`compare` then says how they differ)."""
+    """The GPUs to re-make: each recorded MIG GPU in MIG mode now whose GPU instances are missing - all of
+    them, or some (a run stopped halfway) - as ``[{"index" (now), "pci_bus_id", "profile_ids", "names",
+    "sizes", "fresh"}]``, the missing ones in the recorded placement order; ``fresh``: the GPU had no
+    instance before this step. A GPU with any instance that is not in the record is never touched
+    (someone made it: :func:`compare` then says how it differs)."""
     by_bus = {(g.get("pci_bus_id") or "").lower(): g for g in now.get("gpus") or []}
     plan = []
     for g in (recorded or {}).get("gpus") or []:
         cur = by_bus.get((g.get("pci_bus_id") or "").lower())
-        if g.get("mode") != "Enabled" or not g.get("instances") or cur is None:
+        if g.get("mode") != "Enabled" or not g.get("instances") or cur is None or cur.get("mode") != "Enabled":
             continue
-        if cur.get("mode") == "Enabled" and not cur.get("instances"):
-            plan.append({"index": cur["index"], "pci_bus_id": cur["pci_bus_id"],
-                         "profile_ids": [gi["profile_id"] for gi in g["instances"]],
-                         "names": [gi["name"] for gi in g["instances"]]})
+        have = [gi["profile_id"] for gi in cur.get("instances") or []]
+        missing = []
+        for gi in g["instances"]:
+            if gi["profile_id"] in have:
+                have.remove(gi["profile_id"])
+            else:
+                missing.append(gi)
+        if have or not missing or not all(default_compute(gi) for gi in cur.get("instances") or []):
+            continue
+        plan.append({"index": cur["index"], "pci_bus_id": cur["pci_bus_id"],
+                     "profile_ids": [gi["profile_id"] for gi in missing], "names": [gi["name"] for gi in missing],
+                     "sizes": [_placement_key(gi["placement"])[1] for gi in missing],
+                     "fresh": not cur.get("instances")})
     return plan
+
+
+def create_orders(step: Mapping[str, Any]) -> list[list[int]]:
+    """The orders to try a step's profiles in: the recorded placement order, then largest first (the
+    driver chooses each placement as the instance is made, so one order can find no room where another
+    does, as mig-parted also finds). Each order once."""
+    first = list(step["profile_ids"])
+    largest = [p for _s, _i, p in sorted(zip(step.get("sizes") or [0] * len(first), range(len(first)), first),
+                                          key=lambda t: (-t[0], t[1]))]
+    return [first] + ([largest] if largest != first else [])
 
 
 Runner = Callable[[list], "tuple[int, str, str]"]
@@ -202,7 +261,9 @@ class MigTool:
         :class:`MigError` when nvidia-smi fails (the driver not loaded, say)."""
         rc, out, err = self.run([self.smi, "--query-gpu=%s" % ",".join(MODE_QUERY_FIELDS), "--format=csv,noheader"])
         if rc != 0:
-            raise MigError("nvidia-smi --query-gpu failed (rc %s): %s" % (rc, _first_line(out, err)))
+            said = smi_parsers.classify_nvidia_smi(out + "\n" + err, rc)["status"]
+            raise MigError("nvidia-smi --query-gpu failed (rc %s): %s" % (rc, _first_line(out, err)),
+                           driver_answered=said not in ("no_driver", "mismatch"))
         modes = parse_mode_query(out)
         if not any(m["mode"] == "Enabled" for m in modes):
             return build_layout(modes, [], [])
@@ -211,8 +272,23 @@ class MigTool:
         return build_layout(modes, gis, cis)
 
     def create(self, step: Mapping[str, Any]) -> None:
-        """Make one plan step's GPU instances, each with its default compute instance."""
-        argv = [self.smi, "mig", "-i", str(step["index"]), "-cgi", ",".join(str(p) for p in step["profile_ids"]), "-C"]
-        rc, out, err = self.run(argv)
-        if rc != 0:
-            raise MigError("%s failed (rc %s): %s" % (" ".join(argv[1:]), rc, _first_line(err, out)))
+        """Make one plan step's GPU instances, each with its default compute instance, trying
+        :func:`create_orders` in turn. nvidia-smi makes them one by one, so a failure can leave some: on
+        a GPU that had none before the step (``fresh``) they are destroyed before the next order and after
+        the last, so no later run finds a half-made GPU it must not touch."""
+        gpu = str(step["index"])
+        errors = []
+        for order in create_orders(step):
+            argv = [self.smi, "mig", "-i", gpu, "-cgi", ",".join(str(p) for p in order), "-C"]
+            rc, out, err = self.run(argv)
+            if rc == 0:
+                return
+            errors.append("%s failed (rc %s): %s" % (" ".join(argv[1:]), rc, _failure_line(err, out)))
+            if not step.get("fresh"):
+                break
+            for what in ("-dci", "-dgi"):  # compute instances first: a GPU instance with one is not destroyed
+                rc, out, err = self.run([self.smi, "mig", "-i", gpu, what])
+                if rc != 0 and not _nothing_listed(rc, out, err):
+                    errors.append("mig -i %s %s failed (rc %s): %s" % (gpu, what, rc, _failure_line(err, out)))
+                    raise MigError("; ".join(errors))
+        raise MigError("; ".join(errors))

@@ -235,14 +235,17 @@ class HostWindow:
         return parse_dpkg_status(out)
 
     def mig_layout(self) -> Optional[dict[str, Any]]:
-        """The MIG layout now (with ``smi``), when ``mig_smi`` is set and nvidia-smi answers. A driver that
-        does not answer has no GPU instance to lose, so nothing is recorded then."""
+        """The MIG layout now (with ``smi``), when ``mig_smi`` is set. A driver that does not answer (none
+        loaded, or a userspace that does not match it) runs no usable MIG device: nothing is recorded then.
+        Any other failure to read it is a :class:`RecordError`: the host work must not start blind."""
         if not self.mig_smi:
             return None
         try:
             return dict(mig.MigTool(self.run, self.mig_smi).read(), smi=self.mig_smi)
-        except mig.MigError:
-            return None
+        except mig.MigError as e:
+            if not e.driver_answered:
+                return None
+            raise RecordError("the MIG layout cannot be read before the host work: %s" % e) from e
 
     def snapshot(self, run_id: Optional[str], services: Iterable[str], created: Optional[str] = None):
         services = list(dict.fromkeys(services))

@@ -118,11 +118,13 @@ def test_compare_ignores_placement_and_index_but_not_profiles():
 class FakeGpus:
     """nvidia-smi over GPUs whose MIG instances live in the driver: ``unload()`` drops them, the mode stays."""
 
-    PROFILES = {9: ("3g.40gb", 4), 19: ("1g.10gb", 1), 0: ("7g.80gb", 8)}
+    PROFILES = {9: ("3g.40gb", 4), 19: ("1g.10gb", 1), 20: ("1g.10gb+me", 1), 0: ("7g.80gb", 8)}
 
-    def __init__(self, gpus, loaded=True):
+    def __init__(self, gpus, loaded=True, fail_orders=(), lgi=None):
         self.gpus = gpus  # [{"bus", "mode", "gis": [(profile, start)]}]
         self.loaded = loaded
+        self.fail_orders = set(fail_orders)  # -cgi lists the driver finds no room for after their first instance
+        self.lgi = lgi  # (rc, out) that -lgi answers instead of the table
         self.calls = []
 
     def unload(self):
@@ -138,6 +140,8 @@ class FakeGpus:
             return 0, "".join("%d, %s, %s, %s\n" % (i, g["bus"], g["mode"], g["mode"])
                               for i, g in enumerate(self.gpus)), ""
         if args[:2] == ["mig", "-lgi"]:
+            if self.lgi:
+                return self.lgi[0], self.lgi[1], ""
             rows = [(i, p, n) for i, g in enumerate(self.gpus) for n, (p, s) in enumerate(g["gis"], 1)]
             if not rows:
                 return 6, "No GPU instances found: Not Found\n", ""
@@ -146,14 +150,23 @@ class FakeGpus:
                 for i, g in enumerate(self.gpus) for n, (p, s) in enumerate(g["gis"], 1))
             return 0, out, ""
         if args[:2] == ["mig", "-lci"]:
-            out = "".join("|   %d   %d   MIG %s   0   0   0:1   |\n" % (i, n, self.PROFILES[p][0])
+            # a default compute instance is named without the profile's attributes (+me)
+            out = "".join("|   %d   %d   MIG %s   0   0   0:1   |\n" % (i, n, self.PROFILES[p][0].split("+")[0])
                           for i, g in enumerate(self.gpus) for n, (p, s) in enumerate(g["gis"], 1))
             return (0, out, "") if out else (6, "No compute instances found: Not Found\n", "")
         if args[:2] == ["mig", "-i"] and args[3] == "-cgi" and args[5:] == ["-C"]:
             g = self.gpus[int(args[2])]
-            for k, p in enumerate(int(x) for x in args[4].split(",")):
+            order = tuple(int(x) for x in args[4].split(","))
+            for k, p in enumerate(order):
+                if k == 1 and order in self.fail_orders:
+                    return 2, ("Successfully created GPU instance ...\nUnable to create a GPU instance on GPU %s using "
+                               "profile %d: Insufficient Resources\n" % (args[2], p)), ""
                 g["gis"].append((p, 8 - k - 1))  # placements of the driver's choosing
             return 0, "Successfully created GPU instance ...\n", ""
+        if args[:2] == ["mig", "-i"] and args[3] in ("-dci", "-dgi"):
+            if args[3] == "-dgi":
+                self.gpus[int(args[2])]["gis"] = []
+            return 0, "Successfully destroyed ...\n", ""
         raise AssertionError("unexpected nvidia-smi call %s" % args)
 
 
@@ -226,3 +239,61 @@ def test_no_gpu_in_mig_mode_records_no_layout_and_restores_nothing():
     assert record["mig"] is None
     assert hw.restore(record, 10, check_mode=False)["mig_reapplied"] == []
     assert [c for c in gpus.calls if c[:1] == ["mig"]] == []
+
+
+def test_the_default_compute_instance_of_an_attribute_profile_is_not_refused():
+    gi = {"name": "MIG 1g.10gb+me", "profile_id": 20, "placement": "0:1", "compute": ["MIG 1g.10gb"]}
+    lay = {"gpus": [{"index": 0, "pci_bus_id": "00000000:18:00.0", "mode": "Enabled", "pending": "Enabled",
+                     "instances": [gi]}]}
+    assert mig.restore_refusals(lay) == []
+    split = dict(gi, name="MIG 3g.40gb", profile_id=9, compute=["MIG 1c.3g.40gb", "MIG 2c.3g.40gb"])
+    assert len(mig.restore_refusals({"gpus": [dict(lay["gpus"][0], instances=[split])]})) == 1
+
+
+def test_output_that_is_not_the_table_is_an_error_not_an_empty_layout():
+    with pytest.raises(mig.MigError, match="no row this collection can read"):
+        mig.parse_gpu_instances(0, "GPU instances: (a format of some later branch)\n")
+    assert mig.parse_gpu_instances(0, "") == []
+
+
+def test_an_order_that_finds_no_room_is_undone_and_the_largest_first_order_tried():
+    gpus = FakeGpus([{"bus": "00000000:18:00.0", "mode": "Enabled", "gis": [(19, 0), (9, 4)]}], fail_orders={(19, 9)})
+    hw = _window(gpus)
+    record = hw.snapshot(None, [])
+    gpus.unload()
+    res = hw.restore(record, 10, check_mode=False)
+    assert res["failed"] == [] and res["mig_reapplied"] == ["GPU 0 (00000000:18:00.0): MIG 1g.10gb, MIG 3g.40gb"]
+    made = [c for c in gpus.calls if c[:2] == ["mig", "-i"]]
+    assert made == [["mig", "-i", "0", "-cgi", "19,9", "-C"], ["mig", "-i", "0", "-dci"], ["mig", "-i", "0", "-dgi"],
+                    ["mig", "-i", "0", "-cgi", "9,19", "-C"]]
+    assert sorted(p for p, _s in gpus.gpus[0]["gis"]) == [9, 19]
+
+
+def test_when_no_order_fits_the_gpu_is_left_empty_for_the_next_run_and_the_restore_fails():
+    gpus = FakeGpus([{"bus": "00000000:18:00.0", "mode": "Enabled", "gis": [(19, 0), (9, 4)]}],
+                    fail_orders={(19, 9), (9, 19)})
+    hw = _window(gpus)
+    record = hw.snapshot(None, [])
+    gpus.unload()
+    (f,) = hw.restore(record, 10, check_mode=False)["failed"]
+    assert f["kind"] == "mig" and gpus.gpus[0]["gis"] == []
+    assert ("mig -i 0 -cgi 19,9 -C failed (rc 2): Unable to create a GPU instance on GPU 0 using profile 9: "
+            "Insufficient Resources; mig -i 0 -cgi 9,19 -C failed (rc 2): Unable") in f["msg"]
+
+
+def test_a_gpu_left_halfway_gets_only_its_missing_instances():
+    gpus = FakeGpus([{"bus": "00000000:18:00.0", "mode": "Enabled", "gis": [(9, 0), (19, 4), (19, 5)]}])
+    hw = _window(gpus)
+    record = hw.snapshot(None, [])
+    gpus.gpus[0]["gis"] = [(9, 0)]
+    res = hw.restore(record, 10, check_mode=False)
+    assert res["failed"] == [] and res["mig_reapplied"] == ["GPU 0 (00000000:18:00.0): MIG 1g.10gb, MIG 1g.10gb"]
+    assert [c for c in gpus.calls if "-cgi" in c] == [["mig", "-i", "0", "-cgi", "19,19", "-C"]]
+    assert not [c for c in gpus.calls if "-dgi" in c]
+
+
+def test_a_layout_that_cannot_be_read_while_the_driver_answers_stops_the_record():
+    gpus = FakeGpus([{"bus": "00000000:18:00.0", "mode": "Enabled", "gis": [(9, 0)]}],
+                    lgi=(4, "Failed to display GPU instances: Insufficient Permissions\n"))
+    with pytest.raises(wr.RecordError, match="MIG layout cannot be read before the host work.*Insufficient Perm"):
+        _window(gpus).snapshot(None, [])
