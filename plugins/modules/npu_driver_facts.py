@@ -637,19 +637,26 @@ packaging:
 cdi:
   description:
     - NVIDIA profile only (null otherwise) - the container runtimes' NVIDIA CDI specs (C(/etc/cdi),
-      C(/var/run/cdi); C(kind) C(nvidia.com/...)), which name the driver's files by version and must be
-      regenerated after an upgrade (M(npuops.fleet.npu_cdi_refresh)).
+      C(/var/run/cdi)), which name the driver's files by version and must be regenerated after an upgrade
+      (M(npuops.fleet.npu_cdi_refresh)).
   returned: always
   type: dict
   contains:
     specs:
-      description: The spec files; empty when the host does not use CDI.
+      description:
+        - The host's own specs - vendor C(nvidia.com), a file name without infix (C(nvidia.yaml)); empty when
+          the host does not use CDI.
       type: list
       elements: str
+    others:
+      description:
+        - NVIDIA specs of other components (path -> kind) - the GPU Operator toolkit's
+          C(management.nvidia.com/gpu), the device plugin's, the DRA driver's; never rewritten.
+      type: dict
     nvidia_ctk:
       description: The toolkit's C(nvidia-ctk) is in C(PATH) (null when there is no spec).
       type: bool
-  sample: {specs: [/etc/cdi/nvidia.yaml], nvidia_ctk: true}
+  sample: {specs: [/etc/cdi/nvidia.yaml], others: {}, nvidia_ctk: true}
 mig:
   description:
     - NVIDIA profile only, while C(nvidia-smi) answers (null otherwise, and for other vendors) - the MIG mode

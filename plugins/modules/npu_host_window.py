@@ -24,10 +24,12 @@ description:
     C(apt-daily-upgrade.timer) are stopped (not disabled, not masked) when active. An
     C(unattended-upgrade) already running is left alone; wait for it with M(npuops.fleet.npu_dpkg_lock).
   - O(state=absent) - restores from the record, then deletes it. First the MIG layout - each recorded
-    MIG GPU that is in MIG mode with no GPU instance gets the recorded ones again, each with its default
-    compute instance (C(nvidia-smi mig -i <gpu> -cgi <profile ids> -C)); then every recorded MIG GPU must
-    have its recorded devices (same profiles; placements are the driver's choice), else it is a failure
-    and nothing is deleted (a GPU that has other instances already is never changed). Services recorded enabled and not
+    MIG GPU in MIG mode that lacks recorded GPU instances (all of them after a reload) gets them again,
+    each with its default compute instance (C(nvidia-smi mig -i <gpu> -cgi <profile ids> -C); when the
+    driver finds no room in that order, what it made on a GPU that was empty is destroyed and the
+    largest-first order is tried); then every recorded MIG GPU must have its recorded devices (same
+    profiles; placements are the driver's choice), else it is a failure, whatever O(strict) says, and the
+    record is kept. A GPU with an instance the record does not have is never changed. Services recorded enabled and not
     enabled now are enabled; recorded active and not active now are started; packages recorded held,
     still installed and no longer held are held again (C(dpkg --set-selections), after dpkg's locks are
     free, at most O(lock_timeout) seconds); the apt timers recorded active are started, last, so that
@@ -73,7 +75,8 @@ options:
       - O(state=absent) - fail the task when a service or apt timer could not be started or enabled, and
         keep the record for the next run. When false these are reported in RV(restored.failed), the task
         passes and the record is deleted.
-      - Package holds that could not be put back fail the task and keep the record whatever O(strict) says.
+      - Package holds and a MIG layout that could not be put back fail the task and keep the record whatever
+        O(strict) says.
     type: bool
     default: false
   lock_timeout:
@@ -261,7 +264,8 @@ def absent(module: AnsibleModule, hw: window_record.HostWindow, existing) -> Non
         module.exit_json(changed=False, record=None, removed=False, restored=hw.empty_restored())
     restored = hw.restore(existing, p["lock_timeout"], module.check_mode)
     failed = restored["failed"]
-    blocking = [f for f in failed if f["kind"] == "holds" or p["strict"]]
+    # a MIG layout not made again is kept whatever strict says: the record is its only copy
+    blocking = [f for f in failed if f["kind"] in ("holds", "mig") or p["strict"]]
     if not blocking and not module.check_mode:
         window_record.remove_record(p["path"])
     result = dict(

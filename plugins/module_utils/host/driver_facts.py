@@ -719,10 +719,13 @@ def gpu_kernel_log(f: "Facts", pci_gpus: list, device_count: Optional[int], smi_
 
 
 def cdi_facts(f: "Facts") -> dict[str, Any]:
-    """``{"specs": [paths], "nvidia_ctk": bool}`` (host/cdi.py): the NVIDIA CDI specs in the runtimes'
-    directories, and whether the toolkit's CLI is there to regenerate them."""
-    specs = cdi.find_specs(cdi.DEFAULT_DIRS, lambda p: _read(p) or "")
-    return {"specs": [s["path"] for s in specs], "nvidia_ctk": bool(f.bin("nvidia-ctk")) if specs else None}
+    """``{"specs": [paths], "others": {path: kind}, "nvidia_ctk": bool}`` (host/cdi.py): the host's own NVIDIA
+    CDI specs in the runtimes' directories, other components' NVIDIA specs, and whether the toolkit's CLI
+    is in PATH to regenerate the host's."""
+    found = cdi.find_specs(cdi.DEFAULT_DIRS, lambda p: _read(p) or "")
+    specs = [s["path"] for s in found if s["owned"]]
+    return {"specs": specs, "others": {s["path"]: s["kind"] for s in found if not s["owned"]},
+            "nvidia_ctk": bool(f.bin("nvidia-ctk")) if specs else None}
 
 
 def mig_facts(f: "Facts", smi: Mapping[str, Any]) -> Optional[dict[str, Any]]:

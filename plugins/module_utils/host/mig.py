@@ -242,8 +242,8 @@ def create_orders(step: Mapping[str, Any]) -> list[list[int]]:
     driver chooses each placement as the instance is made, so one order can find no room where another
     does, as mig-parted also finds). Each order once."""
     first = list(step["profile_ids"])
-    largest = [p for _s, _i, p in sorted(zip(step.get("sizes") or [0] * len(first), range(len(first)), first),
-                                          key=lambda t: (-t[0], t[1]))]
+    sizes = step.get("sizes") or [0] * len(first)
+    largest = [p for _s, _i, p in sorted(zip(sizes, range(len(first)), first), key=lambda t: (-t[0], t[1]))]
     return [first] + ([largest] if largest != first else [])
 
 

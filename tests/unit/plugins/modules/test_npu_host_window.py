@@ -28,6 +28,7 @@ class FakeHost:
         self.calls = []
         self.fail_start = {}
         self.dpkg_lock_failures = 0
+        self.smi = None  # nvidia-smi: a callable(args) -> (rc, out, err)
 
     def run_command(self, argv, data=None, **_kw):
         self.calls.append((os.path.basename(argv[0]),) + tuple(argv[1:]))
@@ -53,6 +54,8 @@ class FakeHost:
             else:
                 raise AssertionError(argv)
             return 0, "", ""
+        if cmd == "nvidia-smi" and self.smi is not None:
+            return self.smi(argv[1:])
         if cmd == "dpkg-query":
             assert argv[1:] == ["-W", "-f=${Package} ${Status}\n"]
             return 0, "".join("%s %s ok %s\n" % (n, w, s) for n, (w, s) in self.packages.items()), ""
@@ -282,3 +285,33 @@ def test_corrupt_record_fails_without_touching_the_host(monkeypatch, capsys, tmp
     path.write_text("{trunc")
     r = window(monkeypatch, capsys, host, path, state="absent")
     assert r["failed"] is True and "window.json" in r["msg"] and host.calls == []
+
+
+def test_a_mig_layout_not_made_again_keeps_the_record_even_when_not_strict(monkeypatch, capsys, tmp_path):
+    """The record is the layout's only copy: a driver that finds no room fails the restore, strict or not."""
+    host, path = incident_host(), tmp_path / "window.json"
+    gis = ["|   0  MIG 3g.40gb          9        1          0:4     |",
+           "|   0  MIG 3g.40gb          9        2          4:4     |"]
+
+    def smi(args):
+        if args[0].startswith("--query-gpu="):
+            return 0, "0, 00000000:18:00.0, Enabled, Enabled\n", ""
+        if args == ["mig", "-lgi"]:
+            return (0, "\n".join(gis) + "\n", "") if gis else (6, "No GPU instances found: Not Found\n", "")
+        if args == ["mig", "-lci"]:
+            return 0, "".join("|   0      %d       MIG 3g.40gb          2         0          0:4     |\n" % i
+                              for i in range(1, len(gis) + 1)), ""
+        if "-cgi" in args:
+            return 2, "Unable to create a GPU instance on GPU  0 using profile 9: Insufficient Resources\n", ""
+        if "-dci" in args or "-dgi" in args:
+            return 6, "No GPU instances found: Not Found\n", ""
+        raise AssertionError(args)
+
+    host.smi = smi
+    r = window(monkeypatch, capsys, host, path, services=SERVICES, mig_smi="nvidia-smi")
+    assert [len(g["instances"]) for g in r["record"]["mig"]["gpus"]] == [2]
+    gis.clear()  # the module reload
+    monkeypatch.setattr(dpkg_lock, "DPKG_LOCKS", (str(tmp_path / "lock-frontend"), str(tmp_path / "lock")))
+    r = window(monkeypatch, capsys, host, path, state="absent", strict=False)
+    assert r["failed"] is True and r["removed"] is False and path.exists()
+    assert "Insufficient Resources" in r["msg"] and r["restored"]["failed"][0]["kind"] == "mig"
