@@ -13,7 +13,7 @@ description:
     spec makes GPU containers fail to start (C(error stat'ing file .../libcuda.so.<old version>)).
   - Finds the host's own NVIDIA specs in O(dirs) - C(*.yaml) and C(*.json) files (the runtimes read no
     other) whose C(kind) has the vendor C(nvidia.com) and whose name has no infix (C(nvidia.yaml), not the
-    C(nvidia.coherent.yaml) written beside it) - and every path of O(specs) (the specs before the upgrade:
+    C(nvidia.coherent.yaml) written beside it) - and every path of O(specs) (the specs before the upgrade;
     one that is gone now, a C(/var/run/cdi) file after a reboot, is made again). Specs of other NVIDIA
     vendors (the GPU Operator toolkit's C(management.nvidia.com), the device plugin's and the DRA driver's)
     belong to the components that write them and are only listed (RV(others)). A host without a spec of
