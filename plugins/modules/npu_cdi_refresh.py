@@ -214,8 +214,8 @@ class CdiRefresh:
         rc, out, err = self.run(argv)
         if rc != 0:
             why = "timed out after %s s" % self.p["timeout"] if rc in (124, 137) else "rc %s" % rc
-            return how, "CDI spec %s: %s failed (%s): %s" % (path, how, why, " ".join((err or out).split())[-400:]
-                                                              or "no output")
+            said = " ".join((err or out).split())[-400:] or "no output"
+            return how, "CDI spec %s: %s failed (%s): %s" % (path, how, why, said)
         return how, None
 
     def main(self) -> None:
