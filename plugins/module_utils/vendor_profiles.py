@@ -127,7 +127,12 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
                 ],
                 # the module package decides open vs proprietary: NVIDIA's own instructions install
                 # cuda-drivers-<branch> with the open module, and the metas accept either
-                "detect": ["nvidia-open-[0-9]*", "nvidia-open", "nvidia-dkms-[0-9][0-9][0-9]-open"],
+                "detect": ["nvidia-open-[0-9]*", "nvidia-open", "nvidia-dkms-[0-9][0-9][0-9]-open", "nvidia-dkms-open"],
+                # from 590 the repository's names carry no branch (nvidia-dkms-open, libnvidia-compute,
+                # cuda-drivers) and apt takes the newest branch unless a pinning package's preferences
+                # file holds it: the target's own joins the transaction
+                "branchless_from": 590,
+                "pinning": "nvidia-driver-pinning-{version}",
             },
             {
                 "name": "cuda-repo",
@@ -142,7 +147,9 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
                     "nvidia-compute-utils-{branch}",
                 ],
                 # not cuda-drivers-<branch>: it is installed over the open and the -server modules too
-                "detect": ["nvidia-dkms-[0-9][0-9][0-9]"],
+                "detect": ["nvidia-dkms-[0-9][0-9][0-9]", "nvidia-dkms"],
+                "branchless_from": 590,
+                "pinning": "nvidia-driver-pinning-{version}",
             },
             # Ubuntu: precompiled modules signed by Canonical, one package per kernel
             {
@@ -248,6 +255,10 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
             # Ubuntu-named drivers (open, proprietary, -server), so it follows the driver, whatever flavour
             {"detect": ["cuda-drivers-[0-9]*"], "packages": ["cuda-drivers-{branch}"]},
             {"detect": ["nvidia-open-[0-9]*"], "packages": ["nvidia-open-{branch}"]},
+            # from 590 the metas themselves carry no branch (before, cuda-drivers pointed at the newest
+            # cuda-drivers-<branch> and is left to apt)
+            {"detect": ["cuda-drivers"], "packages": ["cuda-drivers"], "since_branch": 590},
+            {"detect": ["nvidia-open"], "packages": ["nvidia-open"], "since_branch": 590},
         ],
         # The package that carries the userspace driver library.
         "userspace_package": "libnvidia-compute-{branch}-server",
@@ -426,6 +437,18 @@ def validate_profile(vendor: str, profile: Mapping[str, Any]) -> None:
             raise ProfileError(
                 "vendor profile %r: packaging flavour %r: module_flavour must be %s (or absent), got %r"
                 % (vendor, flavour["name"], " or ".join(MODULE_FLAVOURS), flavour.get("module_flavour"))
+            )
+        since = flavour.get("branchless_from")
+        if since is not None and (isinstance(since, bool) or not isinstance(since, int) or since <= 0):
+            raise ProfileError(
+                "vendor profile %r: packaging flavour %r: branchless_from must be a branch number (590), got %r"
+                % (vendor, flavour["name"], since)
+            )
+        pin = flavour.get("pinning")
+        if pin is not None and not (isinstance(pin, str) and ("{version}" in pin or "{branch}" in pin)):
+            raise ProfileError(
+                "vendor profile %r: packaging flavour %r: pinning must be a package template with {version} or"
+                " {branch} (nvidia-driver-pinning-{version}), got %r" % (vendor, flavour["name"], pin)
             )
         if flavour.get("build") not in BUILDS:
             raise ProfileError(

@@ -80,6 +80,21 @@ options:
     description:
       - The host's name in the download failure's message (the inventory name). Default the host's own name.
     type: str
+  driver_version:
+    description:
+      - The driver version of the transaction (C(590.48.01)). With O(driver_families), a transaction in which
+        apt would install a package of those families at another driver version fails before anything is
+        installed, naming each package and the version apt chose (RV(off_target)) - apt's candidate for a
+        dependency the transaction does not name. NVIDIA's CUDA repository from branch 590 names its packages
+        without the branch, so the candidate is the newest branch unless a pinning package is already active
+        (one installed in the same transaction is not yet). Versions that are not driver versions (C(13.3.1-1),
+        a pinning package's C(610-2ubuntu1)) are not judged.
+    type: str
+  driver_families:
+    description: fnmatch patterns of the driver's package names (the vendor profile's C(package_families)).
+    type: list
+    elements: str
+    default: []
   gpu_support:
     description:
       - Check mode only - after a simulation that passes, check that the target's kernel modules can drive
@@ -225,6 +240,14 @@ download_bytes:
   description: Check mode - the sum of RV(downloads)' sizes, bytes.
   returned: in check mode
   type: int
+off_target:
+  description:
+    - With O(driver_version) - the packages of O(driver_families) apt would install at another driver version,
+      each C(name) and C(to) (apt's version); the task failed when not empty.
+  returned: failure
+  type: list
+  elements: dict
+  sample: [{name: nvidia-modprobe, to: 610.43.02-1}]
 fetch_failures:
   description:
     - With O(download) - what apt could not fetch, each C(name), C(version), C(uri) and C(why) (apt's
@@ -263,7 +286,12 @@ from urllib.parse import unquote  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.npuops.fleet.plugins.module_utils.host import apt_output, dpkg_lock, gpu_support  # noqa: E402
+from ansible_collections.npuops.fleet.plugins.module_utils.host import (  # noqa: E402
+    apt_output,
+    dpkg_lock,
+    gpu_support,
+    packaging,
+)
 
 ENV = {
     "DEBIAN_FRONTEND": "noninteractive",
@@ -479,6 +507,8 @@ def main():
             download=dict(type="bool", default=False),
             download_min_free=dict(type="int", default=15),
             host=dict(type="str"),
+            driver_version=dict(type="str"),
+            driver_families=dict(type="list", elements="str", default=[]),
             gpu_support=dict(type="dict", options=dict(
                 module_flavour=dict(type="str", choices=list(gpu_support.MODULE_FLAVOURS), required=True),
                 gpus=dict(type="list", elements="dict", default=[]),
@@ -538,7 +568,11 @@ def main():
             - set(removing)
             - set(p["remove"])
         )
-        if module.check_mode and rc == 0 and not unasked:
+        off = []
+        if p["driver_version"] and p["driver_families"]:
+            off = packaging.off_target(apt_output.simulated_transaction(sim_out)["install"], p["driver_families"],
+                                       p["driver_version"])
+        if module.check_mode and rc == 0 and not unasked and not off:
             # the same transaction, against the same (released) status copy, without --simulate
             fetched = download(module, [a for a in argv if a != "--simulate"], p["host"] or socket.gethostname())
             if p["gpu_support"]:
@@ -552,6 +586,17 @@ def main():
             msg="apt would also remove %s, which this transaction does not name (a dependency of the old "
             "set breaks): nothing was installed; name them in remove or install what keeps them" % ", ".join(unasked),
             unasked_removals=unasked,
+            transaction=apt_output.simulated_transaction(sim_out),
+            changed=False,
+        )
+    if off:
+        module.fail_json(
+            msg="%s, target %s, on %s: apt takes its candidate for a package the transaction does not name, and no "
+            "pinning package active yet holds it at the target (one installed by this transaction is not); nothing "
+            "was installed: install the target's pinning package first, or name the package in the target set"
+            % ("; ".join("candidate for %s is %s" % (o["name"], o["to"]) for o in off), p["driver_version"],
+               p["host"] or socket.gethostname()),
+            off_target=off,
             transaction=apt_output.simulated_transaction(sim_out),
             changed=False,
         )

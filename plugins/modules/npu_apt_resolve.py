@@ -35,6 +35,14 @@ options:
     type: list
     elements: str
     default: []
+  any_version:
+    description:
+      - Names that must be offered at some version, resolved to the first version C(apt-cache madison) lists
+        (the newest) - packages whose name, not their version, carries the target, such as NVIDIA's pinning
+        package C(nvidia-driver-pinning-590.48.01). A name apt does not offer fails the task like O(packages).
+    type: list
+    elements: str
+    default: []
   update_cache:
     description:
       - Refresh apt's package lists first (not in check mode).
@@ -91,7 +99,7 @@ offers:
   returned: always
   type: dict
 missing:
-  description: The names of O(packages) apt does not offer at O(version).
+  description: The names of O(packages) apt does not offer at O(version), and of O(any_version) it does not offer.
   returned: always
   type: list
   elements: str
@@ -124,6 +132,7 @@ def main() -> None:
             version=dict(type="str", required=True),
             packages=dict(type="list", elements="str", required=True),
             optional=dict(type="list", elements="str", default=[]),
+            any_version=dict(type="list", elements="str", default=[]),
             update_cache=dict(type="bool", default=False),
             lock_timeout=dict(type="int", default=300),
             subject=dict(type="str"),
@@ -166,7 +175,7 @@ def main() -> None:
     except OSError:
         pass
     wait_locks()
-    names = list(dict.fromkeys(p["packages"] + p["optional"]))
+    names = list(dict.fromkeys(p["packages"] + p["optional"] + p["any_version"]))
     offers: dict[str, list[str]] = {}
     if names:
         cache = module.get_bin_path("apt-cache", required=True)
@@ -175,13 +184,17 @@ def main() -> None:
     res["offers"] = {n: offers.get(n.split(":", 1)[0], []) for n in names}
     resolved: dict[str, str] = {}
     for name in names:
-        at = apt_output.offered_at(res["offers"][name], p["version"])
+        if name in p["any_version"]:
+            at = (res["offers"][name] or [None])[0]
+        else:
+            at = apt_output.offered_at(res["offers"][name], p["version"])
         if at:
             resolved[name] = at
-        elif name in p["packages"]:
+        elif name in p["packages"] or name in p["any_version"]:
             res["missing"].append(name)
     if res["missing"]:
-        offered = ", ".join("%s=%s" % (n, v) for n in p["packages"] for v in res["offers"][n]) or "nothing"
+        offered = ", ".join("%s=%s" % (n, v) for n in p["packages"] + p["any_version"]
+                            for v in res["offers"][n]) or "nothing"
         module.fail_json(
             msg="%s is not available in the apt sources of %s: no installable version for %s (apt offers: %s)"
             % (

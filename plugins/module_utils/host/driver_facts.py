@@ -86,7 +86,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "packaging": "auto",
 }
 
-NVIDIA_USERSPACE_PACKAGES = ["nvidia-utils-*", "nvidia-smi", "nvidia-tesla-*-smi", "nvidia-driver-*"]
+NVIDIA_USERSPACE_PACKAGES = ["nvidia-utils-*", "nvidia-utils", "nvidia-smi", "nvidia-tesla-*-smi", "nvidia-driver-*"]
 NVIDIA_PROC_VERSION = "/proc/driver/nvidia/version"
 
 
@@ -553,12 +553,16 @@ def gather(runner: Runner, profile: Mapping[str, Any], params: Mapping[str, Any]
         and pack["name"] not in [x["name"] for x in pack["installed_flavours"]]
     )
     pack["target"], pack["target_kernel"], pack["leaving"], pack["companions"] = [], [], [], []
-    pack["counterparts"], pack["target_optional"] = {}, []
+    pack["counterparts"], pack["target_optional"], pack["pinning"], pack["branchless"] = {}, [], None, False
     if p["expected_version"] and pack["name"]:
         names = packaging.target_packages(pack, p["expected_version"], run_kernel)
         per_kernel = [n for n, t in zip(names, pack["packages"]) if "{kernel}" in t]
-        pack["companions"] = packaging.companions(profile, present, p["expected_version"])
+        bl = packaging.branchless(pack, p["expected_version"])
+        pack["branchless"] = bl
+        pack["companions"] = packaging.companions(profile, present, p["expected_version"], branchless_names=bl)
         extra = [n for c in pack["companions"] for n in c["packages"] if n not in names]
+        # the pinning package joins at whatever version apt offers (its name carries the target)
+        pack["pinning"] = packaging.pinning_package(pack, p["expected_version"])
         pack["target"] = [n for n in names if n not in per_kernel] + extra
         pack["target_optional"] = [
             n for n in packaging.optional_packages(pack, p["expected_version"], run_kernel) if n not in names + extra
@@ -572,12 +576,17 @@ def gather(runner: Runner, profile: Mapping[str, Any], params: Mapping[str, Any]
             set(
                 packaging.leaving_packages(old, pack, present, whole, p["expected_version"])
                 + packaging.leaving_companions(pack["companions"], present, names + extra, p["expected_version"])
+                + packaging.leaving_pins(pack, present, p["expected_version"])
             )
         )
         # the old branch's other packages: the role asks apt which target-branch names it offers
         pack["counterparts"] = packaging.branch_counterparts(
             old, pack, profile.get("package_families") or [], present, whole, p["expected_version"],
             skip_templates=packaging.rule_templates(profile),
+        )
+        pack["target_optional"] += packaging.branchless_others(
+            pack, profile.get("package_families") or [], {n: installed_pkgs[n]["version"] for n in present},
+            whole + pack["leaving"] + list(pack["counterparts"]) + [pack["pinning"] or ""], p["expected_version"],
         )
     fm = None
     if is_nvidia:

@@ -66,23 +66,72 @@ def flavours(profile: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "module_flavour": fl.get("module_flavour"),
             }
         )
+        out[-1].update({k: fl[k] for k in ("branchless_from", "pinning") if fl.get(k)})
     return out
 
 
-def companions(profile: Mapping[str, Any], installed: Iterable[str], version: str) -> list[dict[str, Any]]:
+def branchless(flavour: Mapping[str, Any], version: str) -> bool:
+    """Whether ``flavour``'s packages for driver ``version`` carry no branch in their names: from the
+    flavour's ``branchless_from`` branch on (NVIDIA's CUDA repository from 590: ``nvidia-dkms-open``,
+    ``libnvidia-compute``, ``cuda-drivers``, where 580 had ``nvidia-dkms-580-open``...). The branch is
+    read from the version, never from a name."""
+    since = flavour.get("branchless_from")
+    branch = _branch(version)
+    return bool(since) and branch.isdigit() and int(branch) >= int(since)
+
+
+def pinning_package(flavour: Mapping[str, Any], version: str) -> Optional[str]:
+    """The package that keeps apt on driver ``version`` (an apt preferences file; NVIDIA's
+    ``nvidia-driver-pinning-<version>``) where the flavour's names are branchless for it, else None:
+    without it the repository's newest branch is every branchless name's candidate."""
+    tmpl = flavour.get("pinning")
+    return _fill(str(tmpl), version) if tmpl and branchless(flavour, version) else None
+
+
+def leaving_pins(flavour: Mapping[str, Any], installed: Iterable[str], version: str) -> list[str]:
+    """Installed pinning packages of the flavour (its ``pinning`` template, any version or branch) that
+    would hold apt off driver ``version``: those for another version and another branch (a
+    ``nvidia-driver-pinning-590`` admits 590.48.01 and stays). Sorted."""
+    tmpl = flavour.get("pinning")
+    if not tmpl:
+        return []
+    rx = re.compile("^%s$" % re.escape(str(tmpl)).replace(re.escape("{version}"), "(?P<v>.+)").replace(
+        re.escape("{branch}"), "(?P<v>.+)"))
+    res = []
+    for name in sorted(set(installed)):
+        m = rx.match(name)
+        if m and m.group("v") not in (str(version), _branch(version)):
+            res.append(name)
+    return res
+
+
+def companions(
+    profile: Mapping[str, Any], installed: Iterable[str], version: str, branchless_names: bool = False
+) -> list[dict[str, Any]]:
     """Vendor packages that must move in lock-step with the driver where the host has them (profile key
     ``companion_packages``: ``[{"detect": [patterns], "packages": [templates]}]``): NVIDIA's fabric manager
     and its NSCQ library must be exactly the driver's version on NVSwitch systems, else
     ``nvidia-fabricmanager`` refuses to start. -> ``[{"packages": [names at version], "templates",
     "evidence": [installed names, sorted]}]`` for each group with an installed ``detect`` package
-    (matched as ``apt_state.match_families``), in profile order."""
+    (matched as ``apt_state.match_families``), in profile order. With ``branchless_names`` (the
+    flavour's :func:`branchless` for ``version``) the templates lose their branch (``cuda-drivers-{branch}``
+    -> ``cuda-drivers``); a group whose names another group already gave is left out, and so is a group
+    whose ``since_branch`` is above ``version``'s branch."""
     names = set(installed)
     res = []
+    seen: set[str] = set()
     for group in profile.get("companion_packages") or []:
+        since = group.get("since_branch")
+        if since and not (_branch(version).isdigit() and int(_branch(version)) >= int(since)):
+            continue
         hits = match_families(names, group.get("detect") or [])
         if hits:
             tmpls = [str(t) for t in group.get("packages") or []]
-            res.append({"packages": [_fill(t, version) for t in tmpls], "templates": tmpls, "evidence": hits})
+            pkgs = [_fill(t, version, drop_branch=branchless_names) for t in tmpls]
+            if set(pkgs) <= seen:
+                continue
+            seen.update(pkgs)
+            res.append({"packages": pkgs, "templates": tmpls, "evidence": hits})
     return res
 
 
@@ -91,13 +140,16 @@ def _branch(version: str) -> str:
     return str(version).split(".", maxsplit=1)[0]
 
 
-def _fill(template: str, version: str, kernel: Optional[str] = None) -> str:
+def _fill(template: str, version: str, kernel: Optional[str] = None, drop_branch: bool = False) -> str:
     """A package name template filled in: ``{branch}`` (``550``) and ``{version}`` (``550.90.07``) from
-    ``version``, ``{kernel}`` from ``kernel`` (left as it is when None)::
+    ``version``, ``{kernel}`` from ``kernel`` (left as it is when None); with ``drop_branch`` a ``-{branch}``
+    word is dropped (``nvidia-dkms-{branch}-open`` -> ``nvidia-dkms-open``)::
 
         _fill("linux-modules-nvidia-{branch}-server-{kernel}", "550.90.07", "6.8.0-45-generic")
         -> "linux-modules-nvidia-550-server-6.8.0-45-generic"
     """
+    if drop_branch:
+        template = template.replace("-{branch}", "")
     name = template.replace("{branch}", _branch(version)).replace("{version}", str(version))
     return name if kernel is None else name.replace("{kernel}", kernel)
 
@@ -171,15 +223,18 @@ def other_module_flavours(profile: Mapping[str, Any], flavour: Mapping[str, Any]
 
 
 def target_packages(flavour: Mapping[str, Any], version: str, kernel: str) -> list[str]:
-    """The flavour's package names for driver ``version`` on ``kernel`` (templates filled in), in order."""
-    return [_fill(p, version, kernel) for p in flavour["packages"]]
+    """The flavour's package names for driver ``version`` on ``kernel`` (templates filled in, without the
+    branch where :func:`branchless`), in order."""
+    bl = branchless(flavour, version)
+    return [_fill(p, version, kernel, drop_branch=bl) for p in flavour["packages"]]
 
 
 def optional_packages(flavour: Mapping[str, Any], version: str, kernel: str) -> list[str]:
     """The flavour's ``optional`` names for ``version`` on ``kernel``: in the target set only where apt
     offers them at that version (the caller asks apt), e.g. Tesla 535's firmware-nvidia-tesla-535-gsp,
     which Tesla 470 has only as a name its kernel-support package provides."""
-    return [_fill(p, version, kernel) for p in flavour.get("optional") or []]
+    bl = branchless(flavour, version)
+    return [_fill(p, version, kernel, drop_branch=bl) for p in flavour.get("optional") or []]
 
 
 @functools.cache
@@ -256,7 +311,8 @@ def branch_counterparts(
     packages leave by :func:`leaving_packages`). The old flavour's templates with ``{branch}`` give the
     installed branches that are not ``version``'s. A candidate is an installed name in ``families``
     (fnmatch) that carries such a branch as a dash-separated word (``-470-`` or a trailing ``-470``); its
-    counterpart replaces that word with the target branch. Names in ``target``, names whose counterpart
+    counterpart replaces that word with the target branch, or drops it where the target's names are
+    :func:`branchless` (``libnvidia-gl-580`` -> ``libnvidia-gl``). Names in ``target``, names whose counterpart
     is in ``target``, and names matching ``skip_templates`` (every flavour's package templates,
     companions: they have rules of their own) are left out. A flavour without ``{branch}`` (Debian's
     current branch) has no counterparts."""
@@ -274,14 +330,61 @@ def branch_counterparts(
         return {}
     keep = set(target)
     skip = [_template_re(t) for t in skip_templates]
-    words = re.compile(r"(?<=-)(%s)(?=-|$)" % "|".join(re.escape(b) for b in sorted(branches)))
+    words = re.compile(r"-(%s)(?=-|$)" % "|".join(re.escape(b) for b in sorted(branches)))
+    # a move onto the branchless names (CUDA repository 580 -> 590): the word is dropped
+    into = "" if branchless(new, version) else "-" + branch
     res = {}
     for name in match_families(names - keep, families):
         if not words.search(name) or any(rx.match(name) for rx in skip):
             continue
-        new_name = words.sub(branch, name, count=1)
+        new_name = words.sub(into, name, count=1)
         if new_name not in keep:
             res[name] = new_name
+    return res
+
+
+_DRIVER_VERSION_RE = re.compile(r"^(?:\d+:)?(?P<up>\d{3,}\.\d+(?:\.\d+)?)(?:[-~+]|$)")
+
+
+def driver_versioned(version: Optional[str]) -> Optional[str]:
+    """The driver version a package version carries (``590.44.01-1ubuntu1`` -> ``590.44.01``,
+    ``1:590.44.01-1`` too), None when it is not one (``13.3.1-1``, a pinning package's ``610-2ubuntu1``)."""
+    m = _DRIVER_VERSION_RE.match(str(version or ""))
+    return m.group("up") if m else None
+
+
+def branchless_others(
+    new: Mapping[str, Any], families: Iterable[str], installed: Mapping[str, str], exclude: Iterable[str], version: str
+) -> list[str]:
+    """Where the target's names are :func:`branchless`, the host's other installed packages of the driver's
+    ``families`` under branchless names that carry another driver version (``libnvidia-gl`` at 590.44.01 on
+    a move to 590.48.01, ``nvidia-modprobe``): each moves to the target in the same transaction where apt
+    offers it there (the caller asks apt; they join the target's optional names) - left alone, apt would
+    take the newest branch for any of them the transaction drags. ``installed`` is ``{name: version}``;
+    names in ``exclude`` (the target set, what leaves) and names that carry a branch are left out. Sorted."""
+    if not branchless(new, version):
+        return []
+    skip = set(exclude)
+    res = []
+    for name in match_families(set(installed) - skip, families):
+        at = driver_versioned(installed[name])
+        if at and at != str(version) and not re.search(r"-\d{3,}(?:-|$)", name):
+            res.append(name)
+    return res
+
+
+def off_target(transaction: Iterable[Mapping[str, Any]], families: Iterable[str], version: str) -> list[dict[str, str]]:
+    """Packages of the driver's ``families`` that an apt transaction (``apt_output.simulated_transaction``'s
+    ``install`` rows: ``name``, ``to``) would install at another driver version than ``version``: apt's
+    candidate for a dependency the transaction does not name (the newest branch, where the repository's
+    names carry none and no pinning package is active yet). ``[{"name", "to"}]`` in apt's order."""
+    pats = list(families)
+    res = []
+    for row in transaction:
+        name = str(row.get("name") or "").split(":", 1)[0]
+        at = driver_versioned(row.get("to"))
+        if at and at != str(version) and match_families([name], pats):
+            res.append({"name": name, "to": str(row.get("to"))})
     return res
 
 

@@ -636,3 +636,119 @@ def test_the_other_module_flavours_are_named_same_build_first():
     with pytest.raises(ProfileError, match="module_flavour must be open or proprietary"):
         resolve_profile("nvidia", {"packaging": [
             {"name": "x", "build": "dkms", "packages": ["x"], "module_flavour": "closed"}]})
+
+
+# A host on NVIDIA's CUDA repository at 580 (branch-suffixed names), open modules, NVSwitch, a desktop
+# library the flavour does not name, and an exact-version pinning package; README "Ubuntu 590 package
+# renames" of NVIDIA's driver installation guide for the names the 590 release carries
+CUDA_OPEN_580 = {
+    "nvidia-open-580": "580.95.05-1",
+    "nvidia-driver-580-open": "580.95.05-0ubuntu1",
+    "nvidia-dkms-580-open": "580.95.05-0ubuntu1",
+    "nvidia-kernel-common-580": "580.95.05-0ubuntu1",
+    "libnvidia-compute-580": "580.95.05-0ubuntu1",
+    "libnvidia-gl-580": "580.95.05-0ubuntu1",
+    "nvidia-utils-580": "580.95.05-0ubuntu1",
+    "nvidia-compute-utils-580": "580.95.05-0ubuntu1",
+    "nvidia-fabricmanager-580": "580.95.05-1",
+    "libnvidia-nscq-580": "580.95.05-1",
+    "nvidia-driver-pinning-580.95.05": "580.95.05-1",
+    "nvidia-container-toolkit": "1.17.8-1",
+}
+
+
+def test_cuda_repository_names_lose_the_branch_from_590_read_from_the_version():
+    fl = packaging.choose(NV, list(CUDA_OPEN_580))
+    assert fl["name"] == "cuda-repo-open"
+    assert [packaging.branchless(fl, v) for v in ("580.126.09", "590.48.01", "610.43.02")] == [False, True, True]
+    assert packaging.target_packages(fl, "590.48.01", "6.8.0-45-generic") == [
+        "nvidia-driver-open", "nvidia-dkms-open", "nvidia-kernel-common", "libnvidia-compute", "nvidia-utils",
+        "nvidia-compute-utils",
+    ]
+    assert packaging.target_packages(fl, "580.126.09", "6.8.0-45-generic")[:2] == [
+        "nvidia-driver-580-open", "nvidia-dkms-580-open"]
+    assert packaging.pinning_package(fl, "590.48.01") == "nvidia-driver-pinning-590.48.01"
+    assert packaging.pinning_package(fl, "580.126.09") is None
+    # other flavours keep their branch whatever the version (Ubuntu's archive names 590 as 590)
+    srv = packaging.choose(NV, UBUNTU_DKMS_535)
+    assert packaging.target_packages(srv, "590.48.01", "k")[0] == "nvidia-driver-590-server-open"
+    assert packaging.pinning_package(srv, "590.48.01") is None
+
+
+def test_a_move_onto_the_branchless_names_is_one_transaction():
+    installed = list(CUDA_OPEN_580)
+    fl = packaging.choose(NV, installed)
+    v = "590.48.01"
+    comp = packaging.companions(NV, installed, v, branchless_names=True)
+    assert [c["packages"] for c in comp] == [["nvidia-fabricmanager", "libnvidia-nscq"], ["nvidia-open"]]
+    target = packaging.target_packages(fl, v, "k") + ["nvidia-fabricmanager", "libnvidia-nscq", "nvidia-open"]
+    assert packaging.leaving_packages(fl, fl, installed, target, v) == [
+        "libnvidia-compute-580", "nvidia-compute-utils-580", "nvidia-dkms-580-open", "nvidia-driver-580-open",
+        "nvidia-kernel-common-580", "nvidia-utils-580",
+    ]
+    assert packaging.leaving_companions(comp, installed, target, v) == [
+        "libnvidia-nscq-580", "nvidia-fabricmanager-580", "nvidia-open-580"]
+    assert packaging.leaving_pins(fl, installed, v) == ["nvidia-driver-pinning-580.95.05"]
+    # the desktop library the flavour does not name follows under its new name
+    assert packaging.branch_counterparts(
+        fl, fl, NV["package_families"], installed, target, v, skip_templates=packaging.rule_templates(NV)
+    ) == {"libnvidia-gl-580": "libnvidia-gl"}
+    # the metas at the old branch stay suffixed; below 590 the branchless metas are apt's
+    assert [c["packages"] for c in packaging.companions(NV, installed, "580.126.09")] == [
+        ["nvidia-fabricmanager-580", "libnvidia-nscq-580"], ["nvidia-open-580"]]
+    assert packaging.companions(NV, ["cuda-drivers"], "580.126.09") == []
+
+
+def test_a_point_release_on_the_branchless_names_moves_every_driver_package_and_keeps_a_branch_pin():
+    installed = {
+        "nvidia-open": "590.44.01-1", "nvidia-driver-open": "590.44.01-0ubuntu1",
+        "nvidia-dkms-open": "590.44.01-0ubuntu1", "libnvidia-gl": "590.44.01-0ubuntu1",
+        "nvidia-modprobe": "590.44.01-1", "libnvidia-decode": "590.48.01-0ubuntu1",
+        "nvidia-container-toolkit": "1.17.8-1", "cuda-toolkit-13-1": "13.1.0-1",
+        "nvidia-driver-pinning-590": "590-1ubuntu1", "nvidia-driver-pinning-590.44.01": "590.44.01-1",
+    }
+    fl = packaging.choose(NV, list(installed))
+    assert fl["name"] == "cuda-repo-open"
+    v = "590.48.01"
+    target = packaging.target_packages(fl, v, "k") + ["nvidia-open"]
+    assert packaging.leaving_packages(fl, fl, list(installed), target, v) == []
+    # a branch pin admits the target; the old exact pin would hold apt at 590.44.01
+    leaving = packaging.leaving_pins(fl, list(installed), v)
+    assert leaving == ["nvidia-driver-pinning-590.44.01"]
+    assert packaging.branchless_others(fl, NV["package_families"], installed, target + leaving, v) == [
+        "libnvidia-gl", "nvidia-modprobe"]
+    # not where the target keeps the branch in its names
+    assert packaging.branchless_others(fl, NV["package_families"], installed, target, "580.126.09") == []
+
+
+@pytest.mark.parametrize("version, carried", [
+    ("590.48.01-0ubuntu1", "590.48.01"), ("1:590.48.01-1", "590.48.01"), ("610.43.02", "610.43.02"),
+    ("550.90.07-0ubuntu0.22.04.1", "550.90.07"), ("610-2ubuntu1", None), ("13.3.1-1", None), ("1.17.8-1", None),
+    ("5.15.0-119.129+1", None), (None, None),
+])
+def test_driver_versions_are_told_from_other_versions(version, carried):
+    assert packaging.driver_versioned(version) == carried
+
+
+def test_off_target_names_what_apt_would_take_from_another_branch():
+    rows = [
+        {"name": "nvidia-dkms-open", "to": "590.48.01-0ubuntu1"},
+        {"name": "nvidia-modprobe", "to": "610.43.02-1"},
+        {"name": "libnvidia-gl:i386", "to": "610.43.02-0ubuntu1"},
+        {"name": "cuda-toolkit-13-3", "to": "13.3.1-1"},
+        {"name": "dkms", "to": "3.0.10-8"},
+        {"name": "nvidia-driver-pinning-610", "to": "610-2ubuntu1"},
+    ]
+    assert packaging.off_target(rows, NV["package_families"], "590.48.01") == [
+        {"name": "nvidia-modprobe", "to": "610.43.02-1"}, {"name": "libnvidia-gl", "to": "610.43.02-0ubuntu1"}]
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("branchless_from", "590", "branchless_from must be a branch number"),
+    ("branchless_from", True, "branchless_from must be a branch number"),
+    ("pinning", "nvidia-driver-pinning", "pinning must be a package template with {version} or {branch}"),
+])
+def test_bad_branchless_keys_are_refused_naming_the_flavour(key, value, words):
+    flavour = {"name": "x", "build": "dkms", "packages": ["x-{branch}"], key: value}
+    with pytest.raises(ProfileError, match="packaging flavour 'x': " + words.replace("{", r"\{").replace("}", r"\}")):
+        resolve_profile("nvidia", overrides={"packaging": [flavour], "packaging_default": None})

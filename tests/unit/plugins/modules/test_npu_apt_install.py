@@ -328,3 +328,44 @@ def test_a_plan_says_it_has_not_fetched_the_table_yet(monkeypatch, capsys, tmp_p
     assert res["gpu_support"]["checked"] is False
     assert res["gpu_support"]["why"].startswith("not checked: the target's packages are not in apt's cache "
                                                 "(not fetched: a plan")
+
+
+# apt-get --simulate of a move onto NVIDIA's branchless 590 names without an active pinning package: the
+# named set is at 590.48.01, but nvidia-open (named) depends on nvidia-modprobe (>= 590.48.01), which the
+# transaction does not name, so apt takes its candidate - the newest branch
+SIMULATED_BRANCHLESS = """Reading package lists...
+Inst nvidia-driver-pinning-590.48.01 (590.48.01-1 NpuopsLab:jammy [all])
+Inst nvidia-kernel-common (590.48.01-0ubuntu1 NpuopsLab:jammy [amd64])
+Inst nvidia-modprobe (610.43.02-1 NpuopsLab:jammy [amd64])
+Inst nvidia-dkms-open (590.48.01-0ubuntu1 NpuopsLab:jammy [amd64])
+Inst cuda-toolkit-config-common (13.3.1-1 NpuopsLab:jammy [all])
+Inst nvidia-open (590.48.01-1 NpuopsLab:jammy [amd64])
+Conf nvidia-open (590.48.01-1 NpuopsLab:jammy [amd64])
+"""
+BRANCHLESS_ARGS = {
+    "packages": {"nvidia-dkms-open": "590.48.01-0ubuntu1", "nvidia-kernel-common": "590.48.01-0ubuntu1",
+                 "nvidia-open": "590.48.01-1", "nvidia-driver-pinning-590.48.01": "590.48.01-1"},
+    "driver_version": "590.48.01",
+    "driver_families": ["nvidia-*", "libnvidia-*", "cuda-*"],
+}
+
+
+@pytest.mark.parametrize("check_mode", [True, False])
+def test_a_dependency_apt_would_take_from_a_newer_branch_refuses_the_transaction(monkeypatch, capsys, check_mode):
+    res, calls = run(monkeypatch, capsys, dict(BRANCHLESS_ARGS, _ansible_check_mode=check_mode),
+                     SIMULATED_BRANCHLESS, {})
+    assert res["failed"] is True and res["changed"] is False
+    # the CUDA toolkit's 13.3.1 is not a driver version; the pinning package is at the target
+    assert res["off_target"] == [{"name": "nvidia-modprobe", "to": "610.43.02-1"}]
+    assert "candidate for nvidia-modprobe is 610.43.02-1, target 590.48.01" in res["msg"]
+    assert "nothing was installed" in res["msg"]
+    apt = [c for c in calls if c[0].endswith("apt-get")]
+    assert len(apt) == 1 and "--simulate" in apt[0], apt  # neither a download nor the real transaction ran
+
+
+def test_without_driver_version_the_same_transaction_is_not_judged(monkeypatch, capsys):
+    args = {k: v for k, v in BRANCHLESS_ARGS.items() if k != "driver_version"}
+    res, calls = run(monkeypatch, capsys, args, SIMULATED_BRANCHLESS, {})
+    # the fake apt installs nothing, so the outcome check fails; the transaction itself ran
+    assert "off_target" not in res and "candidate for" not in res["msg"], res["msg"]
+    assert len([c for c in calls if c[0].endswith("apt-get") and "--simulate" not in c]) == 1
