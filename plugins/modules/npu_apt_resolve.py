@@ -43,6 +43,19 @@ options:
     type: list
     elements: str
     default: []
+  closure:
+    description:
+      - fnmatch patterns of the driver's package names (the vendor profile's C(package_families)). Each resolved
+        package's C(Depends) and C(Pre-Depends) at its resolved version (C(apt-cache show name=version)) are
+        followed, until nothing new: a dependency on a name of these families that is its relation's only
+        alternative joins RV(resolved) where apt offers it at O(version) (a choice among alternatives stays apt's). Without it apt would take its candidate for such a
+        dependency - the newest branch, where NVIDIA's CUDA repository (590 on) names its packages without the
+        branch and no pinning package is active yet. A dependency not offered at O(version) is left to apt
+        (M(npuops.fleet.npu_apt_install)'s O(npuops.fleet.npu_apt_install#module:driver_version) refuses it).
+        Empty follows nothing.
+    type: list
+    elements: str
+    default: []
   update_cache:
     description:
       - Refresh apt's package lists first (not in check mode).
@@ -103,6 +116,12 @@ missing:
   returned: always
   type: list
   elements: str
+closure:
+  description: With O(closure) - the dependencies that joined RV(resolved), in the order they were found.
+  returned: with O(closure)
+  type: list
+  elements: str
+  sample: [nvidia-modprobe, libnvidia-gl]
 lists_mtime:
   description:
     - When apt's package lists were last written (epoch seconds of C(/var/lib/apt/lists)); null when unknown.
@@ -118,12 +137,51 @@ from typing import Any  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
+from ansible_collections.npuops.fleet.plugins.module_utils import apt_state  # noqa: E402
 from ansible_collections.npuops.fleet.plugins.module_utils.host import apt_output, dpkg_lock  # noqa: E402
 
 LISTS = "/var/lib/apt/lists"
 RETRY_DELAY = 2.0
 FETCH_RETRIES = 2
 FETCH_FAILED = re.compile(r"Failed to fetch|Some index files failed to download")
+
+
+CLOSURE_ROUNDS = 8
+
+
+def follow_closure(module: AnsibleModule, p: dict[str, Any], env: dict[str, str], res: dict[str, Any],
+                   resolved: dict[str, str]) -> None:
+    """O(closure): add to ``resolved`` (in place) the family dependencies apt offers at the target version,
+    round by round (one C(apt-cache show) and one C(apt-cache madison) call each), at most CLOSURE_ROUNDS;
+    ``res["closure"]`` lists what joined, in order."""
+    cache = module.get_bin_path("apt-cache", required=True)
+    res["closure"] = []
+    shown: set[str] = set()
+    for _round in range(CLOSURE_ROUNDS):
+        todo = [n for n in resolved if n not in shown]
+        if not todo:
+            return
+        shown.update(todo)
+        _rc, out, _err = module.run_command([cache, "show"] + ["%s=%s" % (n, resolved[n]) for n in todo],
+                                            environ_update=env)
+        wanted = []
+        for rels in apt_output.parse_show_depends(out).values():
+            for alts in rels:
+                names = [a["name"] for a in alts]
+                if len(names) != 1 or names[0] in resolved or names[0] in wanted:
+                    continue  # a choice among alternatives stays apt's (the off-target check judges it)
+                if apt_state.match_families([names[0]], p["closure"]):
+                    wanted.append(names[0])
+        if not wanted:
+            return
+        _rc, out, _err = module.run_command([cache, "madison"] + wanted, environ_update=env)
+        offers = apt_output.parse_madison(out)
+        for name in wanted:
+            res["offers"][name] = offers.get(name, [])
+            at = apt_output.offered_at(res["offers"][name], p["version"])
+            if at:
+                resolved[name] = at
+                res["closure"].append(name)
 
 
 def main() -> None:
@@ -133,6 +191,7 @@ def main() -> None:
             packages=dict(type="list", elements="str", required=True),
             optional=dict(type="list", elements="str", default=[]),
             any_version=dict(type="list", elements="str", default=[]),
+            closure=dict(type="list", elements="str", default=[]),
             update_cache=dict(type="bool", default=False),
             lock_timeout=dict(type="int", default=300),
             subject=dict(type="str"),
@@ -192,6 +251,8 @@ def main() -> None:
             resolved[name] = at
         elif name in p["packages"] or name in p["any_version"]:
             res["missing"].append(name)
+    if not res["missing"] and p["closure"]:
+        follow_closure(module, p, env, res, resolved)
     if res["missing"]:
         offered = ", ".join("%s=%s" % (n, v) for n in p["packages"] + p["any_version"]
                             for v in res["offers"][n]) or "nothing"

@@ -509,3 +509,42 @@ def fetch_failures(text: str) -> list[dict[str, str]]:
             name, version = deb_name_version(uri) if uri.endswith(".deb") else ("", "")
             out.append(dict(uri=uri, why=" ".join(m.group("why").split()), name=name, version=version))
     return out
+
+
+_DEP_NAME_RE = re.compile(r"^\s*(?P<name>[a-z0-9][a-z0-9+.-]*)(?::[a-z0-9-]+)?\s*(?:\((?P<rel>[<>=]+)\s*(?P<ver>[^)]+)\))?")
+
+
+def parse_show_depends(text: str) -> dict[tuple[str, str], list[list[dict[str, Optional[str]]]]]:
+    """``apt-cache show name=version ...`` -> ``{(name, version): [alternatives...]}``: each stanza's
+    ``Pre-Depends`` and ``Depends``, one list per comma-separated relation, each alternative (``|``) as
+    ``{"name", "rel", "version"}`` (``rel`` ``>=``, ``=``... or None), the architecture qualifier dropped::
+
+        Package: cuda-drivers / Version: 590.48.01-1 / Depends: nvidia-driver-open (>= 590.48.01) | nvidia-driver
+        -> {("cuda-drivers", "590.48.01-1"): [[{"name": "nvidia-driver-open", "rel": ">=", "version": "590.48.01"},
+                                               {"name": "nvidia-driver", "rel": None, "version": None}]]}
+    """
+    res: dict[tuple[str, str], list[list[dict[str, Optional[str]]]]] = {}
+    for stanza in re.split(r"\n\s*\n", text or ""):
+        fields: dict[str, str] = {}
+        key = None
+        for line in stanza.splitlines():
+            if line[:1] in (" ", "\t") and key:
+                fields[key] += " " + line.strip()
+            elif ":" in line:
+                key, _sep, value = line.partition(":")
+                fields[key.strip()] = value.strip()
+        if not fields.get("Package") or not fields.get("Version"):
+            continue
+        rels = []
+        for field in ("Pre-Depends", "Depends"):
+            for relation in filter(None, (r.strip() for r in fields.get(field, "").split(","))):
+                alts = []
+                for alt in relation.split("|"):
+                    m = _DEP_NAME_RE.match(alt)
+                    if m:
+                        alts.append({"name": m.group("name"), "rel": m.group("rel"),
+                                     "version": (m.group("ver") or "").strip() or None})
+                if alts:
+                    rels.append(alts)
+        res[(fields["Package"], fields["Version"])] = rels
+    return res

@@ -154,3 +154,63 @@ def test_a_lists_lock_taken_after_the_wait_and_a_mirror_hiccup_are_waited_out(mo
 def test_an_arch_qualified_name_gets_the_offers_apt_prints_without_it(monkeypatch, capsys):
     res, _calls = run(monkeypatch, capsys, {"version": "550.90.07", "packages": ["nvidia-utils-550:amd64"]})
     assert res["resolved"] == {"nvidia-utils-550:amd64": "1:550.90.07-1"}
+
+
+# NVIDIA's CUDA repository from 590: branchless names, two branches offered, a pinning package per version.
+# apt-cache show stanzas (trimmed to the fields read) and madison as apt prints them
+BRANCHLESS_MADISON = {
+    "nvidia-open": ["610.43.02-1", "590.48.01-1"],
+    "nvidia-driver-open": ["610.43.02-0ubuntu1", "590.48.01-0ubuntu1"],
+    "nvidia-driver-pinning-590.48.01": ["590.48.01-1"],
+    "nvidia-modprobe": ["610.43.02-1", "590.48.01-1"],
+    "libnvidia-gl": ["610.43.02-0ubuntu1", "590.48.01-0ubuntu1"],
+    "nvidia-settings": ["610.43.02-1"],
+}
+BRANCHLESS_SHOW = {
+    "nvidia-open=590.48.01-1": "Package: nvidia-open\nVersion: 590.48.01-1\n"
+    "Depends: nvidia-driver-open (>= 590.48.01) | nvidia-driver (>= 590.48.01),\n nvidia-modprobe (>= 590.48.01)\n",
+    "nvidia-driver-open=590.48.01-0ubuntu1": "Package: nvidia-driver-open\nVersion: 590.48.01-0ubuntu1\n"
+    "Pre-Depends: debconf\nDepends: libnvidia-gl (= 590.48.01-0ubuntu1), libc6:amd64 (>= 2.34), nvidia-settings\n",
+    "nvidia-modprobe=590.48.01-1": "Package: nvidia-modprobe\nVersion: 590.48.01-1\nDepends: libc6 (>= 2.34)\n",
+    "libnvidia-gl=590.48.01-0ubuntu1": "Package: libnvidia-gl\nVersion: 590.48.01-0ubuntu1\n",
+    "nvidia-driver-pinning-590.48.01=590.48.01-1": "Package: nvidia-driver-pinning-590.48.01\nVersion: 590.48.01-1\n",
+}
+
+
+def test_the_closure_names_every_family_dependency_offered_at_the_target(monkeypatch, capsys):
+    calls = []
+
+    def run_command(self, argv, **kw):
+        calls.append(argv[1:])
+        if argv[1] == "show":
+            return 0, "\n".join(BRANCHLESS_SHOW.get(a, "") for a in argv[2:]), ""
+        return 0, "".join("%s | %s | http://lab jammy/main amd64 Packages\n" % (n, v)
+                          for n in argv[2:] for v in BRANCHLESS_MADISON.get(n, [])), ""
+
+    monkeypatch.setattr(AnsibleModule, "run_command", run_command)
+    monkeypatch.setattr(AnsibleModule, "get_bin_path", lambda self, n, required=False, opt_dirs=None: "/usr/bin/" + n)
+    monkeypatch.setattr(dpkg_lock, "wait_for_locks", lambda *a, **k: {"free": True, "waited": 0.0, "holders": []})
+    args = {"version": "590.48.01", "packages": ["nvidia-open", "nvidia-driver-open"],
+            "any_version": ["nvidia-driver-pinning-590.48.01"], "closure": ["nvidia-*", "libnvidia-*"]}
+    with patch_module_args(args):
+        with pytest.raises(SystemExit):
+            mod.main()
+    res = json.loads(capsys.readouterr().out)
+    assert not res.get("failed"), res
+    assert res["resolved"] == {
+        "nvidia-open": "590.48.01-1", "nvidia-driver-open": "590.48.01-0ubuntu1",
+        "nvidia-driver-pinning-590.48.01": "590.48.01-1",
+        "nvidia-modprobe": "590.48.01-1", "libnvidia-gl": "590.48.01-0ubuntu1",
+    }
+    # nvidia-settings is not offered at 590.48.01: apt's to choose (and npu_apt_install's to refuse);
+    # libc6 and debconf are not the driver's; the alternative nvidia-driver is satisfied by the named one
+    assert res["closure"] == ["nvidia-modprobe", "libnvidia-gl"]
+    shows = [c for c in calls if c[0] == "show"]
+    assert len(shows) == 2, calls  # round 2 shows the two that joined, round 3 has nothing left
+
+
+def test_a_pinning_package_the_repository_lacks_is_missing(monkeypatch, capsys):
+    res, _calls = run(monkeypatch, capsys, {"version": "550.90.07", "packages": ["nvidia-driver-550"],
+                                            "any_version": ["nvidia-driver-pinning-550.90.07"]})
+    assert res["failed"] and res["missing"] == ["nvidia-driver-pinning-550.90.07"]
+    assert "nvidia-driver-pinning-550.90.07" in res["msg"]
