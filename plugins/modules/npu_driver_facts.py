@@ -594,8 +594,10 @@ packaging:
     target_optional:
       description:
         - With O(expected_version) - the flavour's C(optional) packages at the target version (Debian's
-          C(firmware-nvidia-tesla-535-gsp); on Tesla 470 that name is only provided by another package). The
-          role adds each to the transaction where apt offers it at the target version.
+          C(firmware-nvidia-tesla-535-gsp); on Tesla 470 that name is only provided by another package), and
+          where RV(packaging.branchless) the host's other branchless driver packages at another driver version
+          (C(libnvidia-gl), C(nvidia-modprobe)). The role adds each to the transaction where apt offers it at the
+          target version.
       type: list
       elements: str
     target_kernel:
@@ -619,10 +621,24 @@ packaging:
           left); the install removes them in its transaction, with the RV(packaging.counterparts) apt offers.
       type: list
       elements: str
+    branchless:
+      description:
+        - With O(expected_version) - the flavour's names carry no branch at that version (its C(branchless_from):
+          NVIDIA's CUDA repository from 590 - C(nvidia-dkms-open), C(libnvidia-compute), C(cuda-drivers)); read
+          from the version, never from a name.
+      type: bool
+    pinning:
+      description:
+        - With O(expected_version), where RV(packaging.branchless) - the package whose apt preferences file keeps
+          apt on the target (the flavour's C(pinning), C(nvidia-driver-pinning-590.48.01)); installed in the same
+          transaction at whatever version apt offers. Installed pinning packages for another version and branch
+          are in RV(packaging.leaving). Null otherwise.
+      type: str
     counterparts:
       description:
         - With O(expected_version), on a branch change within the flavour - the old branch's other installed
-          packages of the driver's families and their names in the target branch, C(old name) -> C(new name) (Debian's
+          packages of the driver's families and their names in the target branch (without a branch where
+          RV(packaging.branchless) - C(libnvidia-gl-580) -> C(libnvidia-gl)), C(old name) -> C(new name) (Debian's
           C(libnvidia-tesla-470-cfg1) -> C(libnvidia-tesla-535-cfg1); Tesla branches install side by side,
           so nothing else would remove them). Where apt offers the new name at the target version the role
           installs it and removes the old one in the same transaction; otherwise apt decides (an unnamed

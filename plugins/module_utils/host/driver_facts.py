@@ -553,6 +553,8 @@ def gather(runner: Runner, profile: Mapping[str, Any], params: Mapping[str, Any]
         and pack["name"] not in [x["name"] for x in pack["installed_flavours"]]
     )
     pack["target"], pack["target_kernel"], pack["leaving"], pack["companions"] = [], [], [], []
+    # the flavour's pinning template gives way to the target's pinning package name (None: none)
+    pin_flavour = dict(pack)
     pack["counterparts"], pack["target_optional"], pack["pinning"], pack["branchless"] = {}, [], None, False
     if p["expected_version"] and pack["name"]:
         names = packaging.target_packages(pack, p["expected_version"], run_kernel)
@@ -562,7 +564,7 @@ def gather(runner: Runner, profile: Mapping[str, Any], params: Mapping[str, Any]
         pack["companions"] = packaging.companions(profile, present, p["expected_version"], branchless_names=bl)
         extra = [n for c in pack["companions"] for n in c["packages"] if n not in names]
         # the pinning package joins at whatever version apt offers (its name carries the target)
-        pack["pinning"] = packaging.pinning_package(pack, p["expected_version"])
+        pack["pinning"] = packaging.pinning_package(pin_flavour, p["expected_version"])
         pack["target"] = [n for n in names if n not in per_kernel] + extra
         pack["target_optional"] = [
             n for n in packaging.optional_packages(pack, p["expected_version"], run_kernel) if n not in names + extra
@@ -576,7 +578,7 @@ def gather(runner: Runner, profile: Mapping[str, Any], params: Mapping[str, Any]
             set(
                 packaging.leaving_packages(old, pack, present, whole, p["expected_version"])
                 + packaging.leaving_companions(pack["companions"], present, names + extra, p["expected_version"])
-                + packaging.leaving_pins(pack, present, p["expected_version"])
+                + packaging.leaving_pins(pin_flavour, present, p["expected_version"])
             )
         )
         # the old branch's other packages: the role asks apt which target-branch names it offers

@@ -21,6 +21,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 FILES = os.path.join(HERE, "files")
 
 NVIDIA = ["535.183.06", "550.90.07", "580.126.09", "580.159.03"]
+# NVIDIA's CUDA repository from branch 590: branchless names, a pinning package per version and branch
+CUDA_BRANCHLESS = ["590.48.01", "610.43.02"]
 RBLN = ["2.4.0", "3.0.0"]
 KERNELS = {  # release -> suite whose linux-generic follows it
     "5.15.0-107-generic": "jammy", "5.15.0-119-generic": "jammy",
@@ -431,6 +433,80 @@ def cuda_repo_debs(version):
     return debs
 
 
+def cuda_branchless_debs(version):
+    """NVIDIA's CUDA repository from branch 590 (README "CUDA repository 590+"): the same packaging as
+    :func:`cuda_repo_debs` under names without the branch (``nvidia-driver-open``, ``nvidia-dkms-open``,
+    ``nvidia-kernel-common``, ``libnvidia-compute``, ``nvidia-utils``, ``nvidia-compute-utils``; metas
+    ``cuda-drivers`` and ``nvidia-open`` at ``V-1``, which depend with ``>=``, so every branch's build
+    satisfies them and apt takes the newest), ``nvidia-modprobe`` (its own source, ``V-1``) which the metas
+    need at ``>= V``, and the pinning packages ``nvidia-driver-pinning-V`` / ``-B``: an apt preferences
+    file that makes the driver's packages at that version (branch) apt's candidate. The 590 ``cuda-drivers``
+    also needs ``nvidia-settings (>= V)``, offered only at the newest branch (610): a dependency the
+    repository lacks at the target, which apt can only take from another branch."""
+    branch = version.split(".")[0]
+    full, meta = version + "-0ubuntu1", version + "-1"
+    debs = []
+
+    def virt(kind):
+        return dict(provides="nvidia-sim-" + kind, conflicts="nvidia-sim-" + kind,
+                    replaces="nvidia-sim-" + kind)
+
+    def within(name):
+        return "%s (<= %s-1), %s (>= %s)" % (name, version, name, version)
+
+    kc = Deb("nvidia-kernel-common", full, section="kernel", description="Shared files used with the kernel module",
+             replaces="nvidia-kernel-common-590, nvidia-kernel-common-580, nvidia-kernel-common-550")
+    kc.add("/lib/firmware/nvidia/%s/gsp_ga10x.bin" % version, "simulated GSP firmware %s\n" % version)
+    debs.append(kc)
+    compute = Deb("libnvidia-compute", full, section="libs", description="NVIDIA libcompute package",
+                  **virt("compute"))
+    compute_payload(compute, version)
+    debs.append(compute)
+    utils = Deb("nvidia-utils", full, section="utils", description="NVIDIA driver support binaries", **virt("utils"))
+    utils_payload(utils)
+    debs.append(utils)
+    cu = Deb("nvidia-compute-utils", full, section="utils", depends="libnvidia-compute (= %s)" % full,
+             description="NVIDIA compute utilities (nvidia-persistenced)", **virt("compute-utils"))
+    compute_utils_payload(cu, version)
+    debs.append(cu)
+    for sfx, what in (("", ""), ("-open", "open ")):
+        dk = Deb("nvidia-dkms" + sfx, full, section="kernel", depends=within("nvidia-kernel-common"),
+                 description="NVIDIA DKMS package" + (" (open kernel module)" if sfx else ""), **virt("dkms"))
+        dkms_payload(dk, version, what)
+        debs.append(dk)
+        drv = Deb(
+            "nvidia-driver" + sfx, full, section="non-free/libs",
+            depends=", ".join([within("nvidia-dkms" + sfx), within("nvidia-kernel-common")]
+                              + ["%s (= %s)" % (p, full) for p in ("libnvidia-compute", "nvidia-compute-utils",
+                                                                   "nvidia-utils")]),
+            description="NVIDIA driver%s metapackage" % (" (open kernel)" if sfx else ""),
+            provides="nvidia-driver-binary", conflicts="nvidia-driver-binary", replaces="nvidia-driver-binary")
+        add_supported_gpus(drv)
+        debs.append(drv)
+    debs.append(Deb("nvidia-modprobe", meta, section="utils",
+                    description="Load the NVIDIA kernel driver and create device files"))
+    if branch == "590":
+        settings = ", nvidia-settings (>= %s)" % version
+    else:
+        settings = ""
+        debs.append(Deb("nvidia-settings", meta, section="utils", description="Tool for configuring the NVIDIA driver"))
+    debs.append(Deb("cuda-drivers", meta, section="devel",
+                    depends="nvidia-driver (>= %s) | nvidia-driver-open (>= %s), nvidia-modprobe (>= %s)%s"
+                    % (version, version, version, settings),
+                    description="CUDA Driver meta-package"))
+    debs.append(Deb("nvidia-open", meta, section="devel",
+                    depends="nvidia-driver-open (>= %s), nvidia-modprobe (>= %s)" % (version, version),
+                    description="NVIDIA open kernel module driver meta-package"))
+    for pin, match in ((version, version + "-*"), (branch, branch + ".*")):
+        d = Deb("nvidia-driver-pinning-" + pin, meta if pin == version else branch + "-1ubuntu1", arch="all",
+                section="misc", description="Pin the NVIDIA driver to %s" % pin)
+        d.add("/etc/apt/preferences.d/nvidia-driver-pinning-%s.pref" % pin,
+              "\n".join("Package: %s\nPin: version %s\nPin-Priority: 1000\n" % (pat, match)
+                        for pat in ("nvidia-*", "libnvidia-*", "cuda-drivers")))
+        debs.append(d)
+    return debs
+
+
 def rbln_debs(version):
     d = Deb("rbln-driver", version + "-1", section="kernel",
             description="Rebellions NPU driver (kernel module via DKMS, rbln-smi, UMD)")
@@ -456,6 +532,8 @@ def main(out):
         same_branch = [x for x in NVIDIA if x.split(".")[0] == v.split(".")[0]]
         common += [d.build(pool) for d in precompiled_debs(v, same_branch.index(v) + 1)]
         common += [d.build(pool) for d in cuda_repo_debs(v)]
+    for v in CUDA_BRANCHLESS:
+        common += [d.build(pool) for d in cuda_branchless_debs(v)]
     for v in RBLN:
         common += [d.build(pool) for d in rbln_debs(v)]
     for rel, suite in KERNELS.items():

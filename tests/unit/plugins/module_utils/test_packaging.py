@@ -752,3 +752,19 @@ def test_bad_branchless_keys_are_refused_naming_the_flavour(key, value, words):
     flavour = {"name": "x", "build": "dkms", "packages": ["x-{branch}"], key: value}
     with pytest.raises(ProfileError, match="packaging flavour 'x': " + words.replace("{", r"\{").replace("}", r"\}")):
         resolve_profile("nvidia", overrides={"packaging": [flavour], "packaging_default": None})
+
+
+def test_holds_exclusions_and_the_drift_check_cover_the_branchless_names():
+    """The holds, the unattended-upgrades blacklist and the drift monitor's package_held/packages_unheld all
+    take the driver's packages from the profile's package_families: every name NVIDIA's 590 release carries
+    (the driver installation guide's rename table) and the pinning package must be in them."""
+    from ansible_collections.npuops.fleet.plugins.module_utils import apt_state
+
+    names = ["cuda-drivers", "nvidia-open", "nvidia-driver-open", "nvidia-driver", "nvidia-dkms-open", "nvidia-dkms",
+             "nvidia-kernel-common", "libnvidia-compute", "libnvidia-common", "libnvidia-gl", "libnvidia-cfg1",
+             "libnvidia-decode", "libnvidia-encode", "libnvidia-extra", "libnvidia-fbc1", "libnvidia-gpucomp",
+             "nvidia-utils", "nvidia-compute-utils", "nvidia-fabricmanager", "libnvidia-nscq", "nvidia-modprobe",
+             "nvidia-driver-pinning-590.48.01", "nvidia-driver-pinning-590"]
+    assert apt_state.match_families(names, NV["package_families"]) == sorted(names)
+    blacklist = [apt_state.family_to_blacklist(f) for f in NV["package_families"]]
+    assert [n for n in names if not apt_state.blacklisted(n, blacklist)] == []

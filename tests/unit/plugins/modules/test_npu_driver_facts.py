@@ -587,6 +587,28 @@ def test_packaging_target_and_buildability(monkeypatch, capsys):
     assert ["/usr/bin/mokutil", "--test-key", "/var/lib/dkms/mok.pub"] in host.calls
 
 
+def test_cuda_repository_host_moving_to_590_gets_branchless_names_and_the_pinning_package(monkeypatch, capsys):
+    host = Host(fixture("nvidia-smi-query-ok.txt"), 0, {"/lib/modules/5.15.0-177-generic/build": ""}, {})
+    host.dpkg_query = "".join("%s\t%s\tii \n" % kv for kv in (
+        ("nvidia-open-580", "580.95.05-1"), ("nvidia-driver-580-open", "580.95.05-0ubuntu1"),
+        ("nvidia-dkms-580-open", "580.95.05-0ubuntu1"), ("nvidia-kernel-common-580", "580.95.05-0ubuntu1"),
+        ("libnvidia-compute-580", "580.95.05-0ubuntu1"), ("nvidia-utils-580", "580.95.05-0ubuntu1"),
+        ("nvidia-compute-utils-580", "580.95.05-0ubuntu1"), ("libnvidia-gl-580", "580.95.05-0ubuntu1"),
+        ("nvidia-modprobe", "580.95.05-1"), ("nvidia-driver-pinning-580.95.05", "580.95.05-1"),
+        ("nvidia-container-toolkit", "1.17.8-1"), ("linux-image-5.15.0-177-generic", "5.15.0-177.187"),
+    ))
+    run_module(monkeypatch, host, {"vendor": "nvidia", "expected_version": "590.48.01"}, boot=("vmlinuz-5.15.0-177-generic",))
+    pk = result(capsys)["packaging"]
+    assert (pk["name"], pk["branchless"], pk["pinning"]) == ("cuda-repo-open", True, "nvidia-driver-pinning-590.48.01")
+    assert pk["target"] == ["nvidia-driver-open", "nvidia-dkms-open", "nvidia-kernel-common", "libnvidia-compute",
+                            "nvidia-utils", "nvidia-compute-utils", "nvidia-open"]
+    assert pk["leaving"] == [
+        "libnvidia-compute-580", "nvidia-compute-utils-580", "nvidia-dkms-580-open", "nvidia-driver-580-open",
+        "nvidia-driver-pinning-580.95.05", "nvidia-kernel-common-580", "nvidia-open-580", "nvidia-utils-580"]
+    assert pk["counterparts"] == {"libnvidia-gl-580": "libnvidia-gl"}
+    assert pk["target_optional"] == ["nvidia-modprobe"]
+
+
 def test_packaging_request_the_profile_lacks_is_reported(monkeypatch, capsys):
     host = Host(fixture("nvidia-smi-query-ok.txt"), 0, {}, {})
     run_module(monkeypatch, host, {"vendor": "nvidia", "expected_version": "590.48.01", "packaging": "suse"})
