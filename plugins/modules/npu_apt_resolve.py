@@ -47,12 +47,12 @@ options:
     description:
       - fnmatch patterns of the driver's package names (the vendor profile's C(package_families)). Each resolved
         package's C(Depends) and C(Pre-Depends) at its resolved version (C(apt-cache show name=version)) are
-        followed, until nothing new: a dependency on a name of these families that is its relation's only
-        alternative joins RV(resolved) where apt offers it at O(version) (a choice among alternatives stays apt's). Without it apt would take its candidate for such a
-        dependency - the newest branch, where NVIDIA's CUDA repository (590 on) names its packages without the
-        branch and no pinning package is active yet. A dependency not offered at O(version) is left to apt
-        (M(npuops.fleet.npu_apt_install)'s O(npuops.fleet.npu_apt_install#module:driver_version) refuses it).
-        Empty follows nothing.
+        followed until nothing is new. A dependency on a name of these families that is its relation's only
+        alternative joins RV(resolved) where apt offers it at O(version); a choice among alternatives stays apt's.
+      - Without it apt would take its candidate for such a dependency - the newest branch, where NVIDIA's CUDA
+        repository (590 on) names its packages without the branch and no pinning package is active yet. A
+        dependency not offered at O(version) is left to apt (M(npuops.fleet.npu_apt_install) with
+        O(npuops.fleet.npu_apt_install#module:driver_version) refuses it). Empty follows nothing.
     type: list
     elements: str
     default: []

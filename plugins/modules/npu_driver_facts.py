@@ -623,9 +623,9 @@ packaging:
       elements: str
     branchless:
       description:
-        - With O(expected_version) - the flavour's names carry no branch at that version (its C(branchless_from):
-          NVIDIA's CUDA repository from 590 - C(nvidia-dkms-open), C(libnvidia-compute), C(cuda-drivers)); read
-          from the version, never from a name.
+        - With O(expected_version) - the flavour's names carry no branch at that version (from its
+          C(branchless_from) branch on; NVIDIA's CUDA repository from 590 - C(nvidia-dkms-open),
+          C(libnvidia-compute), C(cuda-drivers)). Read from the version, never from a name.
       type: bool
     pinning:
       description:

@@ -511,7 +511,9 @@ def fetch_failures(text: str) -> list[dict[str, str]]:
     return out
 
 
-_DEP_NAME_RE = re.compile(r"^\s*(?P<name>[a-z0-9][a-z0-9+.-]*)(?::[a-z0-9-]+)?\s*(?:\((?P<rel>[<>=]+)\s*(?P<ver>[^)]+)\))?")
+_DEP_NAME_RE = re.compile(
+    r"^\s*(?P<name>[a-z0-9][a-z0-9+.-]*)(?::[a-z0-9-]+)?\s*(?:\((?P<rel>[<>=]+)\s*(?P<ver>[^)]+)\))?"
+)
 
 
 def parse_show_depends(text: str) -> dict[tuple[str, str], list[list[dict[str, Optional[str]]]]]:

@@ -597,7 +597,8 @@ def test_cuda_repository_host_moving_to_590_gets_branchless_names_and_the_pinnin
         ("nvidia-modprobe", "580.95.05-1"), ("nvidia-driver-pinning-580.95.05", "580.95.05-1"),
         ("nvidia-container-toolkit", "1.17.8-1"), ("linux-image-5.15.0-177-generic", "5.15.0-177.187"),
     ))
-    run_module(monkeypatch, host, {"vendor": "nvidia", "expected_version": "590.48.01"}, boot=("vmlinuz-5.15.0-177-generic",))
+    run_module(monkeypatch, host, {"vendor": "nvidia", "expected_version": "590.48.01"},
+               boot=("vmlinuz-5.15.0-177-generic",))
     pk = result(capsys)["packaging"]
     assert (pk["name"], pk["branchless"], pk["pinning"]) == ("cuda-repo-open", True, "nvidia-driver-pinning-590.48.01")
     assert pk["target"] == ["nvidia-driver-open", "nvidia-dkms-open", "nvidia-kernel-common", "libnvidia-compute",
