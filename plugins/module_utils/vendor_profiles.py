@@ -95,7 +95,9 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
         # never read). Ubuntu ships it in nvidia-driver-<branch>[-server] (ubuntu-drivers-common's
         # gpu-manager reads /usr/share/doc/nvidia-driver-<branch>[-server]/supported-gpus.json); a flavour
         # whose set has none of these (the precompiled ones) is reported as not checked.
-        "supported_gpus_packages": ["nvidia-driver-*", "nvidia-kernel-common-*", "libnvidia-common-*"],
+        # (the CUDA repository's 590+ names carry no branch: nvidia-driver, nvidia-kernel-common)
+        "supported_gpus_packages": ["nvidia-driver-*", "nvidia-driver", "nvidia-kernel-common-*", "nvidia-kernel-common",
+                                    "libnvidia-common-*", "libnvidia-common"],
         "pci_vendor_id": "0x10de",
         # The DRA driver's kubelet plugin pods (a DaemonSet holding the driver): paused like an operand,
         # which needs a deploy label in its nodeSelector (operands.unpausable_dra_plugins).
@@ -150,6 +152,37 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
                 "detect": ["nvidia-dkms-[0-9][0-9][0-9]", "nvidia-dkms"],
                 "branchless_from": 590,
                 "pinning": "nvidia-driver-pinning-{version}",
+            },
+            # Ubuntu's own non-server packages: the CUDA repository's names up to 580 (so a host is detected
+            # as cuda-repo*), but Canonical keeps the branch in them from 590 on (nvidia-dkms-590-open):
+            # chosen by name (driver_upgrade_packaging), never detected before the CUDA repository's
+            {
+                "name": "ubuntu-open",
+                "module_flavour": "open",
+                "build": "dkms",
+                "packages": [
+                    "nvidia-driver-{branch}-open",
+                    "nvidia-dkms-{branch}-open",
+                    "nvidia-kernel-common-{branch}",
+                    "libnvidia-compute-{branch}",
+                    "nvidia-utils-{branch}",
+                    "nvidia-compute-utils-{branch}",
+                ],
+                "detect": ["nvidia-dkms-[0-9][0-9][0-9]-open"],
+            },
+            {
+                "name": "ubuntu",
+                "module_flavour": "proprietary",
+                "build": "dkms",
+                "packages": [
+                    "nvidia-driver-{branch}",
+                    "nvidia-dkms-{branch}",
+                    "nvidia-kernel-common-{branch}",
+                    "libnvidia-compute-{branch}",
+                    "nvidia-utils-{branch}",
+                    "nvidia-compute-utils-{branch}",
+                ],
+                "detect": ["nvidia-dkms-[0-9][0-9][0-9]"],
             },
             # Ubuntu: precompiled modules signed by Canonical, one package per kernel
             {
@@ -445,10 +478,10 @@ def validate_profile(vendor: str, profile: Mapping[str, Any]) -> None:
                 % (vendor, flavour["name"], since)
             )
         pin = flavour.get("pinning")
-        if pin is not None and not (isinstance(pin, str) and ("{version}" in pin or "{branch}" in pin)):
+        if pin is not None and not (isinstance(pin, str) and ("{version}" in pin) != ("{branch}" in pin)):
             raise ProfileError(
-                "vendor profile %r: packaging flavour %r: pinning must be a package template with {version} or"
-                " {branch} (nvidia-driver-pinning-{version}), got %r" % (vendor, flavour["name"], pin)
+                "vendor profile %r: packaging flavour %r: pinning must be a package template with one of {version}"
+                " or {branch} (nvidia-driver-pinning-{version}), got %r" % (vendor, flavour["name"], pin)
             )
         if flavour.get("build") not in BUILDS:
             raise ProfileError(

@@ -85,7 +85,7 @@ options:
       - The driver version of the transaction (C(590.48.01)). With O(driver_families), a transaction in which
         apt would install a package of those families at another driver version fails before anything is
         installed, naming each package and the version apt chose (RV(off_target)) - apt's candidate for a
-        dependency the transaction does not name. NVIDIA's CUDA repository from branch 590 names its packages
+        dependency the transaction does not name (a name in O(packages) is at the version asked and not judged). NVIDIA's CUDA repository from branch 590 names its packages
         without the branch, so the candidate is the newest branch unless a pinning package is already active
         (one installed in the same transaction is not yet). Versions that are not driver versions (C(13.3.1-1),
         a pinning package's C(610-2ubuntu1)) are not judged.
@@ -570,8 +570,10 @@ def main():
         )
         off = []
         if p["driver_version"] and p["driver_families"]:
-            off = packaging.off_target(apt_output.simulated_transaction(sim_out)["install"], p["driver_families"],
-                                       p["driver_version"])
+            # what the transaction names at an exact version is not apt's candidate (a pinning package's own)
+            rows = [r for r in apt_output.simulated_transaction(sim_out)["install"]
+                    if r["name"].split(":", 1)[0] not in targets]
+            off = packaging.off_target(rows, p["driver_families"], p["driver_version"])
         if module.check_mode and rc == 0 and not unasked and not off:
             # the same transaction, against the same (released) status copy, without --simulate
             fetched = download(module, [a for a in argv if a != "--simulate"], p["host"] or socket.gethostname())

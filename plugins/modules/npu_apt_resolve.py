@@ -46,7 +46,8 @@ options:
   closure:
     description:
       - fnmatch patterns of the driver's package names (the vendor profile's C(package_families)). Each resolved
-        package's C(Depends) and C(Pre-Depends) at its resolved version (C(apt-cache show name=version)) are
+        package's C(Pre-Depends), C(Depends) and C(Recommends) (apt-get installs a new package's) at its resolved
+        version (C(apt-cache show name=version)) are
         followed until nothing is new. A dependency on a name of these families that is its relation's only
         alternative joins RV(resolved) where apt offers it at O(version); a choice among alternatives stays apt's.
       - Without it apt would take its candidate for such a dependency - the newest branch, where NVIDIA's CUDA
@@ -174,6 +175,9 @@ def follow_closure(module: AnsibleModule, p: dict[str, Any], env: dict[str, str]
                     wanted.append(names[0])
         if not wanted:
             return
+        if _round == CLOSURE_ROUNDS - 1:
+            module.warn("npu_apt_resolve: the dependencies of the target set were followed %d levels deep and %s still "
+                        "joined; deeper ones are left to apt" % (CLOSURE_ROUNDS, ", ".join(wanted)))
         _rc, out, _err = module.run_command([cache, "madison"] + wanted, environ_update=env)
         offers = apt_output.parse_madison(out)
         for name in wanted:

@@ -516,9 +516,11 @@ _DEP_NAME_RE = re.compile(
 )
 
 
-def parse_show_depends(text: str) -> dict[tuple[str, str], list[list[dict[str, Optional[str]]]]]:
+def parse_show_depends(
+    text: str, fields: Iterable[str] = ("Pre-Depends", "Depends", "Recommends")
+) -> dict[tuple[str, str], list[list[dict[str, Optional[str]]]]]:
     """``apt-cache show name=version ...`` -> ``{(name, version): [alternatives...]}``: each stanza's
-    ``Pre-Depends`` and ``Depends``, one list per comma-separated relation, each alternative (``|``) as
+    ``fields`` (apt-get installs a new package's Recommends too), one list per comma-separated relation, each alternative (``|``) as
     ``{"name", "rel", "version"}`` (``rel`` ``>=``, ``=``... or None), the architecture qualifier dropped::
 
         Package: cuda-drivers / Version: 590.48.01-1 / Depends: nvidia-driver-open (>= 590.48.01) | nvidia-driver
@@ -526,6 +528,7 @@ def parse_show_depends(text: str) -> dict[tuple[str, str], list[list[dict[str, O
                                                {"name": "nvidia-driver", "rel": None, "version": None}]]}
     """
     res: dict[tuple[str, str], list[list[dict[str, Optional[str]]]]] = {}
+    wanted = list(fields)
     for stanza in re.split(r"\n\s*\n", text or ""):
         fields: dict[str, str] = {}
         key = None
@@ -538,7 +541,7 @@ def parse_show_depends(text: str) -> dict[tuple[str, str], list[list[dict[str, O
         if not fields.get("Package") or not fields.get("Version"):
             continue
         rels = []
-        for field in ("Pre-Depends", "Depends"):
+        for field in wanted:
             for relation in filter(None, (r.strip() for r in fields.get(field, "").split(","))):
                 alts = []
                 for alt in relation.split("|"):

@@ -89,20 +89,17 @@ def pinning_package(flavour: Mapping[str, Any], version: str) -> Optional[str]:
 
 
 def leaving_pins(flavour: Mapping[str, Any], installed: Iterable[str], version: str) -> list[str]:
-    """Installed pinning packages of the flavour (its ``pinning`` template, any version or branch) that
-    would hold apt off driver ``version``: those for another version and another branch (a
-    ``nvidia-driver-pinning-590`` admits 590.48.01 and stays). Sorted."""
-    tmpl = flavour.get("pinning")
-    if not tmpl:
+    """Installed pinning packages of the flavour (its ``pinning`` template, any version or branch) other
+    than the target's (:func:`pinning_package`): they conflict with each other (one preferences file at a
+    time; NVIDIA's Provide and Conflict ``nvidia-driver-pinning``), so they leave in the transaction that
+    installs the target's. Where the target has none (below ``branchless_from``) installed pins stay: the
+    exact versions the window names win over them. Sorted."""
+    tmpl, mine = flavour.get("pinning"), pinning_package(flavour, version)
+    if not tmpl or not mine:
         return []
-    rx = re.compile("^%s$" % re.escape(str(tmpl)).replace(re.escape("{version}"), "(?P<v>.+)").replace(
-        re.escape("{branch}"), "(?P<v>.+)"))
-    res = []
-    for name in sorted(set(installed)):
-        m = rx.match(name)
-        if m and m.group("v") not in (str(version), _branch(version)):
-            res.append(name)
-    return res
+    rx = re.compile("^%s$" % re.escape(str(tmpl)).replace(re.escape("{version}"), ".+").replace(
+        re.escape("{branch}"), ".+"))
+    return [name for name in sorted(set(installed)) if rx.match(name) and name != mine]
 
 
 def companions(
@@ -116,13 +113,14 @@ def companions(
     (matched as ``apt_state.match_families``), in profile order. With ``branchless_names`` (the
     flavour's :func:`branchless` for ``version``) the templates lose their branch (``cuda-drivers-{branch}``
     -> ``cuda-drivers``); a group whose names another group already gave is left out, and so is a group
-    whose ``since_branch`` is above ``version``'s branch."""
+    with a ``since_branch`` unless ``branchless_names`` and ``version``'s branch is at least that (the CUDA
+    repository's branchless metas, never on another flavour)."""
     names = set(installed)
     res = []
     seen: set[str] = set()
     for group in profile.get("companion_packages") or []:
         since = group.get("since_branch")
-        if since and not (_branch(version).isdigit() and int(_branch(version)) >= int(since)):
+        if since and not (branchless_names and _branch(version).isdigit() and int(_branch(version)) >= int(since)):
             continue
         hits = match_families(names, group.get("detect") or [])
         if hits:
@@ -208,7 +206,8 @@ def other_module_flavours(profile: Mapping[str, Any], flavour: Mapping[str, Any]
     (``module_flavour`` open / proprietary): its twin first (``ubuntu-server`` for
     ``ubuntu-server-open`` and back), then those with ``flavour``'s build, in the profile's order; of
     the same archive (``debian-*``, ``ubuntu-*``) or NVIDIA's CUDA repository (``cuda-*``), which serves
-    both; ``[]`` when ``flavour`` does not say which modules it installs."""
+    both; a flavour with the same package templates as an earlier one is left out; ``[]`` when ``flavour``
+    does not say which modules it installs."""
     mine = flavour.get("module_flavour")
     if not mine:
         return []
@@ -217,8 +216,17 @@ def other_module_flavours(profile: Mapping[str, Any], flavour: Mapping[str, Any]
     # a Debian host is not offered Ubuntu's archive flavours nor the reverse; NVIDIA's CUDA repository
     # serves both (flavour names start with their archive: debian-, ubuntu-, cuda-)
     family = name.split("-", 1)[0]
-    others = [f for f in flavours(profile) if f.get("module_flavour") and f["module_flavour"] != mine
-              and (family == "cuda" or f["name"].split("-", 1)[0] in (family, "cuda"))]
+    others, sets = [], set()
+    for f in flavours(profile):
+        # a flavour with the package templates of an earlier one (Ubuntu's own non-server names, which
+        # are the CUDA repository's up to 580) is the same way out: named once
+        key = frozenset(f["packages"])
+        if key in sets:
+            continue
+        sets.add(key)
+        if f.get("module_flavour") and f["module_flavour"] != mine and (
+                family == "cuda" or f["name"].split("-", 1)[0] in (family, "cuda")):
+            others.append(f)
     return [f["name"] for f in sorted(others, key=lambda f: (f["name"] != twin, f["build"] != flavour.get("build")))]
 
 
@@ -337,6 +345,8 @@ def branch_counterparts(
     for name in match_families(names - keep, families):
         if not words.search(name) or any(rx.match(name) for rx in skip):
             continue
+        if not into and re.search(r"-\d+\.\d+", name):
+            continue  # a name that also carries the version (nvidia-firmware-580-580.126.09): no known new name
         new_name = words.sub(into, name, count=1)
         if new_name not in keep:
             res[name] = new_name

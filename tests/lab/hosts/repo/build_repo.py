@@ -499,7 +499,8 @@ def cuda_branchless_debs(version):
                     description="NVIDIA open kernel module driver meta-package"))
     for pin, match in ((version, version + "-*"), (branch, branch + ".*")):
         d = Deb("nvidia-driver-pinning-" + pin, meta if pin == version else branch + "-1ubuntu1", arch="all",
-                section="misc", description="Pin the NVIDIA driver to %s" % pin)
+                section="misc", description="Pin the NVIDIA driver to %s" % pin, provides="nvidia-driver-pinning",
+                conflicts="nvidia-driver-pinning", replaces="nvidia-driver-pinning")
         d.add("/etc/apt/preferences.d/nvidia-driver-pinning-%s.pref" % pin,
               "\n".join("Package: %s\nPin: version %s\nPin-Priority: 1000\n" % (pat, match)
                         for pat in ("nvidia-*", "libnvidia-*", "cuda-drivers")))

@@ -326,8 +326,11 @@ def test_detection_is_fnmatch_over_whole_names_case_sensitive_sorted_and_unique(
             "nvidia-dkms-550-server-open",
         ]
     )
+    # Ubuntu's own non-server names are the CUDA repository's up to 580: both flavours are there, the
+    # CUDA repository's first (detection takes it)
     assert packaging.installed_flavours(NV, installed) == [
         {"name": "cuda-repo", "evidence": ["nvidia-dkms-550"]},
+        {"name": "ubuntu", "evidence": ["nvidia-dkms-550"]},
         {"name": "ubuntu-server-open", "evidence": ["nvidia-dkms-550-server-open"]},
     ]
     assert packaging.installed_flavours(NV, ["dkms", "nvidia-dkms-550-server-openx"]) == []
@@ -669,6 +672,10 @@ def test_cuda_repository_names_lose_the_branch_from_590_read_from_the_version():
         "nvidia-driver-580-open", "nvidia-dkms-580-open"]
     assert packaging.pinning_package(fl, "590.48.01") == "nvidia-driver-pinning-590.48.01"
     assert packaging.pinning_package(fl, "580.126.09") is None
+    # Ubuntu's own non-server packages keep the branch from 590 (nvidia-dkms-590-open): chosen by name
+    ub = packaging.choose(NV, list(CUDA_OPEN_580), "ubuntu-open")
+    assert packaging.target_packages(ub, "590.48.01", "k")[:2] == ["nvidia-driver-590-open", "nvidia-dkms-590-open"]
+    assert packaging.pinning_package(ub, "590.48.01") is None
     # other flavours keep their branch whatever the version (Ubuntu's archive names 590 as 590)
     srv = packaging.choose(NV, UBUNTU_DKMS_535)
     assert packaging.target_packages(srv, "590.48.01", "k")[0] == "nvidia-driver-590-server-open"
@@ -690,21 +697,29 @@ def test_a_move_onto_the_branchless_names_is_one_transaction():
         "libnvidia-nscq-580", "nvidia-fabricmanager-580", "nvidia-open-580"]
     assert packaging.leaving_pins(fl, installed, v) == ["nvidia-driver-pinning-580.95.05"]
     # the desktop library the flavour does not name follows under its new name
+    # (a name that also carries the version has no known branchless name: left to apt)
     assert packaging.branch_counterparts(
-        fl, fl, NV["package_families"], installed, target, v, skip_templates=packaging.rule_templates(NV)
+        fl, fl, NV["package_families"], installed + ["nvidia-firmware-580-580.95.05"], target, v,
+        skip_templates=packaging.rule_templates(NV)
     ) == {"libnvidia-gl-580": "libnvidia-gl"}
     # the metas at the old branch stay suffixed; below 590 the branchless metas are apt's
     assert [c["packages"] for c in packaging.companions(NV, installed, "580.126.09")] == [
         ["nvidia-fabricmanager-580", "libnvidia-nscq-580"], ["nvidia-open-580"]]
     assert packaging.companions(NV, ["cuda-drivers"], "580.126.09") == []
+    # the branchless metas belong to the CUDA repository's flavours: a leftover cuda-drivers beside
+    # Ubuntu's -server packages is not made a 590 companion
+    assert packaging.companions(NV, ["cuda-drivers"] + UBUNTU_DKMS_535, "590.48.01") == []
+    assert [c["packages"] for c in packaging.companions(NV, ["cuda-drivers"], "590.48.01", branchless_names=True)] == [
+        ["cuda-drivers"]]
 
 
-def test_a_point_release_on_the_branchless_names_moves_every_driver_package_and_keeps_a_branch_pin():
+def test_a_point_release_on_the_branchless_names_moves_every_driver_package_and_replaces_the_pin():
     installed = {
         "nvidia-open": "590.44.01-1", "nvidia-driver-open": "590.44.01-0ubuntu1",
         "nvidia-dkms-open": "590.44.01-0ubuntu1", "libnvidia-gl": "590.44.01-0ubuntu1",
         "nvidia-modprobe": "590.44.01-1", "libnvidia-decode": "590.48.01-0ubuntu1",
         "nvidia-container-toolkit": "1.17.8-1", "cuda-toolkit-13-1": "13.1.0-1",
+        # one pin at a time on a real host; both here to show each leaves
         "nvidia-driver-pinning-590": "590-1ubuntu1", "nvidia-driver-pinning-590.44.01": "590.44.01-1",
     }
     fl = packaging.choose(NV, list(installed))
@@ -712,9 +727,12 @@ def test_a_point_release_on_the_branchless_names_moves_every_driver_package_and_
     v = "590.48.01"
     target = packaging.target_packages(fl, v, "k") + ["nvidia-open"]
     assert packaging.leaving_packages(fl, fl, list(installed), target, v) == []
-    # a branch pin admits the target; the old exact pin would hold apt at 590.44.01
+    # pinning packages conflict with each other: every one but the target's leaves, a branch pin too
     leaving = packaging.leaving_pins(fl, list(installed), v)
-    assert leaving == ["nvidia-driver-pinning-590.44.01"]
+    assert leaving == ["nvidia-driver-pinning-590", "nvidia-driver-pinning-590.44.01"]
+    assert packaging.leaving_pins(fl, list(installed) + ["nvidia-driver-pinning-590.48.01"], v) == leaving
+    # below 590 the target has no pin of its own and installed ones stay (the window names exact versions)
+    assert packaging.leaving_pins(fl, ["nvidia-driver-pinning-580.95.05"], "580.126.09") == []
     assert packaging.branchless_others(fl, NV["package_families"], installed, target + leaving, v) == [
         "libnvidia-gl", "nvidia-modprobe"]
     # not where the target keeps the branch in its names
@@ -746,7 +764,8 @@ def test_off_target_names_what_apt_would_take_from_another_branch():
 @pytest.mark.parametrize("key, value, words", [
     ("branchless_from", "590", "branchless_from must be a branch number"),
     ("branchless_from", True, "branchless_from must be a branch number"),
-    ("pinning", "nvidia-driver-pinning", "pinning must be a package template with {version} or {branch}"),
+    ("pinning", "nvidia-driver-pinning", "pinning must be a package template with one of {version} or {branch}"),
+    ("pinning", "p-{branch}-{version}", "pinning must be a package template with one of {version} or {branch}"),
 ])
 def test_bad_branchless_keys_are_refused_naming_the_flavour(key, value, words):
     flavour = {"name": "x", "build": "dkms", "packages": ["x-{branch}"], key: value}

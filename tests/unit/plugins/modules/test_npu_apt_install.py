@@ -339,12 +339,14 @@ Inst nvidia-kernel-common (590.48.01-0ubuntu1 NpuopsLab:jammy [amd64])
 Inst nvidia-modprobe (610.43.02-1 NpuopsLab:jammy [amd64])
 Inst nvidia-dkms-open (590.48.01-0ubuntu1 NpuopsLab:jammy [amd64])
 Inst cuda-toolkit-config-common (13.3.1-1 NpuopsLab:jammy [all])
+Inst nvidia-driver-pinning-1000 (1000.1.1 NpuopsLab:jammy [all])
 Inst nvidia-open (590.48.01-1 NpuopsLab:jammy [amd64])
 Conf nvidia-open (590.48.01-1 NpuopsLab:jammy [amd64])
 """
 BRANCHLESS_ARGS = {
     "packages": {"nvidia-dkms-open": "590.48.01-0ubuntu1", "nvidia-kernel-common": "590.48.01-0ubuntu1",
-                 "nvidia-open": "590.48.01-1", "nvidia-driver-pinning-590.48.01": "590.48.01-1"},
+                 "nvidia-open": "590.48.01-1", "nvidia-driver-pinning-590.48.01": "590.48.01-1",
+                 "nvidia-driver-pinning-1000": "1000.1.1"},
     "driver_version": "590.48.01",
     "driver_families": ["nvidia-*", "libnvidia-*", "cuda-*"],
 }
@@ -355,7 +357,8 @@ def test_a_dependency_apt_would_take_from_a_newer_branch_refuses_the_transaction
     res, calls = run(monkeypatch, capsys, dict(BRANCHLESS_ARGS, _ansible_check_mode=check_mode),
                      SIMULATED_BRANCHLESS, {})
     assert res["failed"] is True and res["changed"] is False
-    # the CUDA toolkit's 13.3.1 is not a driver version; the pinning package is at the target
+    # the CUDA toolkit's 13.3.1 is not a driver version; what the transaction names (a pinning package
+    # whose version looks like a driver's) is at the version asked, not apt's candidate
     assert res["off_target"] == [{"name": "nvidia-modprobe", "to": "610.43.02-1"}]
     assert "candidate for nvidia-modprobe is 610.43.02-1, target 590.48.01" in res["msg"]
     assert "nothing was installed" in res["msg"]

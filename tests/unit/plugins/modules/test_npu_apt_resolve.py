@@ -164,15 +164,18 @@ BRANCHLESS_MADISON = {
     "nvidia-driver-pinning-590.48.01": ["590.48.01-1"],
     "nvidia-modprobe": ["610.43.02-1", "590.48.01-1"],
     "libnvidia-gl": ["610.43.02-0ubuntu1", "590.48.01-0ubuntu1"],
+    "libnvidia-decode": ["610.43.02-0ubuntu1", "590.48.01-0ubuntu1"],
     "nvidia-settings": ["610.43.02-1"],
 }
 BRANCHLESS_SHOW = {
     "nvidia-open=590.48.01-1": "Package: nvidia-open\nVersion: 590.48.01-1\n"
     "Depends: nvidia-driver-open (>= 590.48.01) | nvidia-driver (>= 590.48.01),\n nvidia-modprobe (>= 590.48.01)\n",
     "nvidia-driver-open=590.48.01-0ubuntu1": "Package: nvidia-driver-open\nVersion: 590.48.01-0ubuntu1\n"
-    "Pre-Depends: debconf\nDepends: libnvidia-gl (= 590.48.01-0ubuntu1), libc6:amd64 (>= 2.34), nvidia-settings\n",
+    "Pre-Depends: debconf\nDepends: libnvidia-gl (= 590.48.01-0ubuntu1), libc6:amd64 (>= 2.34), nvidia-settings\n"
+    "Recommends: libnvidia-decode (= 590.48.01-0ubuntu1), nvidia-prime | bumblebee\n",
     "nvidia-modprobe=590.48.01-1": "Package: nvidia-modprobe\nVersion: 590.48.01-1\nDepends: libc6 (>= 2.34)\n",
     "libnvidia-gl=590.48.01-0ubuntu1": "Package: libnvidia-gl\nVersion: 590.48.01-0ubuntu1\n",
+    "libnvidia-decode=590.48.01-0ubuntu1": "Package: libnvidia-decode\nVersion: 590.48.01-0ubuntu1\n",
     "nvidia-driver-pinning-590.48.01=590.48.01-1": "Package: nvidia-driver-pinning-590.48.01\nVersion: 590.48.01-1\n",
 }
 
@@ -201,10 +204,12 @@ def test_the_closure_names_every_family_dependency_offered_at_the_target(monkeyp
         "nvidia-open": "590.48.01-1", "nvidia-driver-open": "590.48.01-0ubuntu1",
         "nvidia-driver-pinning-590.48.01": "590.48.01-1",
         "nvidia-modprobe": "590.48.01-1", "libnvidia-gl": "590.48.01-0ubuntu1",
+        "libnvidia-decode": "590.48.01-0ubuntu1",
     }
     # nvidia-settings is not offered at 590.48.01: apt's to choose (and npu_apt_install's to refuse);
-    # libc6 and debconf are not the driver's; the alternative nvidia-driver is satisfied by the named one
-    assert res["closure"] == ["nvidia-modprobe", "libnvidia-gl"]
+    # libc6 and debconf are not the driver's; the alternative nvidia-driver is satisfied by the named one;
+    # a Recommends is followed too (apt-get installs a new package's), a choice among alternatives is not
+    assert res["closure"] == ["nvidia-modprobe", "libnvidia-gl", "libnvidia-decode"]
     shows = [c for c in calls if c[0] == "show"]
     assert len(shows) == 2, calls  # round 2 shows the two that joined, round 3 has nothing left
 
