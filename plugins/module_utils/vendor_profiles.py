@@ -96,8 +96,10 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
         # gpu-manager reads /usr/share/doc/nvidia-driver-<branch>[-server]/supported-gpus.json); a flavour
         # whose set has none of these (the precompiled ones) is reported as not checked.
         # (the CUDA repository's 590+ names carry no branch: nvidia-driver, nvidia-kernel-common)
-        "supported_gpus_packages": ["nvidia-driver-*", "nvidia-driver", "nvidia-kernel-common-*", "nvidia-kernel-common",
-                                    "libnvidia-common-*", "libnvidia-common"],
+        "supported_gpus_packages": [
+            "nvidia-driver-*", "nvidia-driver", "nvidia-kernel-common-*", "nvidia-kernel-common",
+            "libnvidia-common-*", "libnvidia-common",
+        ],
         "pci_vendor_id": "0x10de",
         # The DRA driver's kubelet plugin pods (a DaemonSet holding the driver): paused like an operand,
         # which needs a deploy label in its nodeSelector (operands.unpausable_dra_plugins).
