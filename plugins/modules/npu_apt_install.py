@@ -86,8 +86,9 @@ options:
         apt would install a package of those families at another driver version fails before anything is
         installed, naming each package and the version apt chose (RV(off_target)) - apt's candidate for a
         dependency the transaction does not name (a name in O(packages) is at the version asked and not judged).
-        NVIDIA's CUDA repository from branch 590 names its packages without the branch, so the candidate is the newest branch unless a pinning package is already active
-        (one installed in the same transaction is not yet). Versions that are not driver versions (C(13.3.1-1),
+        NVIDIA's CUDA repository from branch 590 names its packages without the branch, so the candidate is
+        the newest branch unless a pinning package is already active (one installed in the same transaction
+        is not yet). Versions that are not driver versions (C(13.3.1-1),
         a pinning package's C(610-2ubuntu1)) are not judged.
     type: str
   driver_families:

@@ -521,7 +521,8 @@ def parse_show_depends(
 ) -> dict[tuple[str, str], list[list[dict[str, Optional[str]]]]]:
     """``apt-cache show name=version ...`` -> ``{(name, version): [alternatives...]}``: each stanza's
     ``fields`` (apt-get installs a new package's Recommends too), one list per comma-separated relation,
-    each alternative (``|``) as ``{"name", "rel", "version"}`` (``rel`` ``>=``, ``=``... or None), the architecture qualifier dropped::
+    each alternative (``|``) as ``{"name", "rel", "version"}`` (``rel`` ``>=``, ``=``... or None), the
+    architecture qualifier dropped::
 
         Package: cuda-drivers / Version: 590.48.01-1 / Depends: nvidia-driver-open (>= 590.48.01) | nvidia-driver
         -> {("cuda-drivers", "590.48.01-1"): [[{"name": "nvidia-driver-open", "rel": ">=", "version": "590.48.01"},
