@@ -572,8 +572,11 @@ def gather(runner: Runner, profile: Mapping[str, Any], params: Mapping[str, Any]
         # every name the target may hold: nothing in it leaves or gets a counterpart
         whole = names + extra + pack["target_optional"]
         pack["target_kernel"] = per_kernel
-        old = next((fl for fl in packaging.flavours(profile) if fl["name"] in
-                    [x["name"] for x in pack["installed_flavours"]]), None)
+        # the host's flavour: the requested one where its packages are installed (Ubuntu's own non-server
+        # names are also the CUDA repository's: the same packages, another way to name 590+), else the first
+        have = [x["name"] for x in pack["installed_flavours"]]
+        ordered = sorted(packaging.flavours(profile), key=lambda fl: fl["name"] != pack["name"])
+        old = next((fl for fl in ordered if fl["name"] in have), None)
         pack["leaving"] = sorted(
             set(
                 packaging.leaving_packages(old, pack, present, whole, p["expected_version"])

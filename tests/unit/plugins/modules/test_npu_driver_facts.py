@@ -610,6 +610,31 @@ def test_cuda_repository_host_moving_to_590_gets_branchless_names_and_the_pinnin
     assert pk["target_optional"] == ["nvidia-modprobe"]
 
 
+def test_ubuntu_archive_host_named_ubuntu_open_changes_branch_within_that_flavour(monkeypatch, capsys):
+    """Ubuntu's own non-server packages are detected as the CUDA repository's (the same names up to 580);
+    named ubuntu-open, a move to 590 is a branch change within it: the old branch's other packages get
+    their 590 names, as on any branch change."""
+    host = Host(fixture("nvidia-smi-query-ok.txt"), 0, {"/lib/modules/5.15.0-177-generic/build": ""}, {})
+    host.dpkg_query = "".join("%s\t%s\tii \n" % kv for kv in (
+        ("nvidia-driver-580-open", "580.95.05-0ubuntu0.22.04.1"),
+        ("nvidia-dkms-580-open", "580.95.05-0ubuntu0.22.04.1"),
+        ("nvidia-kernel-common-580", "580.95.05-0ubuntu0.22.04.1"),
+        ("libnvidia-compute-580", "580.95.05-0ubuntu0.22.04.1"), ("nvidia-utils-580", "580.95.05-0ubuntu0.22.04.1"),
+        ("nvidia-compute-utils-580", "580.95.05-0ubuntu0.22.04.1"),
+        ("libnvidia-gl-580", "580.95.05-0ubuntu0.22.04.1"),
+        ("linux-image-5.15.0-177-generic", "5.15.0-177.187"),
+    ))
+    run_module(monkeypatch, host, {"vendor": "nvidia", "expected_version": "590.48.01", "packaging": "ubuntu-open"},
+               boot=("vmlinuz-5.15.0-177-generic",))
+    pk = result(capsys)["packaging"]
+    assert (pk["name"], pk["branchless"], pk["pinning"], pk["moving"]) == ("ubuntu-open", False, None, False)
+    assert pk["target"][:2] == ["nvidia-driver-590-open", "nvidia-dkms-590-open"]
+    assert pk["leaving"] == [
+        "libnvidia-compute-580", "nvidia-compute-utils-580", "nvidia-dkms-580-open", "nvidia-driver-580-open",
+        "nvidia-kernel-common-580", "nvidia-utils-580"]
+    assert pk["counterparts"] == {"libnvidia-gl-580": "libnvidia-gl-590"}
+
+
 def test_packaging_request_the_profile_lacks_is_reported(monkeypatch, capsys):
     host = Host(fixture("nvidia-smi-query-ok.txt"), 0, {}, {})
     run_module(monkeypatch, host, {"vendor": "nvidia", "expected_version": "590.48.01", "packaging": "suse"})
