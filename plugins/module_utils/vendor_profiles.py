@@ -15,6 +15,15 @@ import copy
 import re
 from typing import Any, Mapping, Optional
 
+# Ubuntu's packaging of the driver under its non-server names, as NVIDIA's CUDA repository (up to 580) and
+# Ubuntu's own archive name it: what the driver meta and the DKMS package need beside them, at one version.
+_UBUNTU_CLOSURE = [
+    "nvidia-kernel-common-{branch}",
+    "libnvidia-compute-{branch}",
+    "nvidia-utils-{branch}",
+    "nvidia-compute-utils-{branch}",
+]
+
 # How a packaging flavour gets its kernel module (``build``; module_utils/host/packaging.py): DKMS builds
 # it on the host, or a package ships it prebuilt. The one definition: host/packaging imports it (this
 # module must not import host/packaging, which imports this one).
@@ -121,14 +130,7 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
                 "name": "cuda-repo-open",
                 "module_flavour": "open",
                 "build": "dkms",
-                "packages": [
-                    "nvidia-driver-{branch}-open",
-                    "nvidia-dkms-{branch}-open",
-                    "nvidia-kernel-common-{branch}",
-                    "libnvidia-compute-{branch}",
-                    "nvidia-utils-{branch}",
-                    "nvidia-compute-utils-{branch}",
-                ],
+                "packages": ["nvidia-driver-{branch}-open", "nvidia-dkms-{branch}-open"] + _UBUNTU_CLOSURE,
                 # the module package decides open vs proprietary: NVIDIA's own instructions install
                 # cuda-drivers-<branch> with the open module, and the metas accept either
                 "detect": ["nvidia-open-[0-9]*", "nvidia-open", "nvidia-dkms-[0-9][0-9][0-9]-open", "nvidia-dkms-open"],
@@ -142,14 +144,7 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
                 "name": "cuda-repo",
                 "module_flavour": "proprietary",
                 "build": "dkms",
-                "packages": [
-                    "nvidia-driver-{branch}",
-                    "nvidia-dkms-{branch}",
-                    "nvidia-kernel-common-{branch}",
-                    "libnvidia-compute-{branch}",
-                    "nvidia-utils-{branch}",
-                    "nvidia-compute-utils-{branch}",
-                ],
+                "packages": ["nvidia-driver-{branch}", "nvidia-dkms-{branch}"] + _UBUNTU_CLOSURE,
                 # not cuda-drivers-<branch>: it is installed over the open and the -server modules too
                 "detect": ["nvidia-dkms-[0-9][0-9][0-9]", "nvidia-dkms"],
                 "branchless_from": 590,
@@ -162,28 +157,14 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
                 "name": "ubuntu-open",
                 "module_flavour": "open",
                 "build": "dkms",
-                "packages": [
-                    "nvidia-driver-{branch}-open",
-                    "nvidia-dkms-{branch}-open",
-                    "nvidia-kernel-common-{branch}",
-                    "libnvidia-compute-{branch}",
-                    "nvidia-utils-{branch}",
-                    "nvidia-compute-utils-{branch}",
-                ],
+                "packages": ["nvidia-driver-{branch}-open", "nvidia-dkms-{branch}-open"] + _UBUNTU_CLOSURE,
                 "detect": ["nvidia-dkms-[0-9][0-9][0-9]-open"],
             },
             {
                 "name": "ubuntu",
                 "module_flavour": "proprietary",
                 "build": "dkms",
-                "packages": [
-                    "nvidia-driver-{branch}",
-                    "nvidia-dkms-{branch}",
-                    "nvidia-kernel-common-{branch}",
-                    "libnvidia-compute-{branch}",
-                    "nvidia-utils-{branch}",
-                    "nvidia-compute-utils-{branch}",
-                ],
+                "packages": ["nvidia-driver-{branch}", "nvidia-dkms-{branch}"] + _UBUNTU_CLOSURE,
                 "detect": ["nvidia-dkms-[0-9][0-9][0-9]"],
             },
             # Ubuntu: precompiled modules signed by Canonical, one package per kernel
