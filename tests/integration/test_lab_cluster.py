@@ -123,7 +123,10 @@ def test_trainer_pdb_blocks_drain(core_v1, apps_v1, policy_v1, kubectl):
         kubectl("uncordon", "lab-node-1")
         assert not core_v1.read_node("lab-node-1").spec.unschedulable
         # The replacement pod was Pending (no free node under anti-affinity); it returns to lab-node-1.
-        wait("trainer back on lab-node-1", lambda: "lab-node-1" in running_nodes(core_v1, "app=trainer"))
+        # The uncordon requeues it at once as a rule, but a pod the scheduler parked while the old one was
+        # still terminating can wait for the unschedulable queue's flush (kube-scheduler's
+        # podMaxInUnschedulablePodsDuration, 5 minutes): bounded by that, not by a guess.
+        wait("trainer back on lab-node-1", lambda: "lab-node-1" in running_nodes(core_v1, "app=trainer"), timeout=330)
     finally:
         kubectl("uncordon", "lab-node-1", check=False)
         delete_quietly(policy_v1.delete_namespaced_pod_disruption_budget, "trainer-pdb", NAMESPACE)
