@@ -564,16 +564,16 @@ def main():
             sim_out = out
         else:
             _sim_rc, sim_out, _sim_err = module.run_command(argv[:1] + ["--simulate"] + argv[1:], environ_update=ENV)
+        simulated = apt_output.simulated_transaction(sim_out)
         unasked = sorted(
-            {r["name"].split(":", 1)[0] for r in apt_output.simulated_transaction(sim_out)["remove"]}
+            {r["name"].split(":", 1)[0] for r in simulated["remove"]}
             - set(removing)
             - set(p["remove"])
         )
         off = []
         if p["driver_version"] and p["driver_families"]:
             # what the transaction names at an exact version is not apt's candidate (a pinning package's own)
-            rows = [r for r in apt_output.simulated_transaction(sim_out)["install"]
-                    if r["name"].split(":", 1)[0] not in targets]
+            rows = [r for r in simulated["install"] if r["name"].split(":", 1)[0] not in targets]
             off = packaging.off_target(rows, p["driver_families"], p["driver_version"])
         if module.check_mode and rc == 0 and not unasked and not off:
             # the same transaction, against the same (released) status copy, without --simulate
@@ -589,7 +589,7 @@ def main():
             msg="apt would also remove %s, which this transaction does not name (a dependency of the old "
             "set breaks): nothing was installed; name them in remove or install what keeps them" % ", ".join(unasked),
             unasked_removals=unasked,
-            transaction=apt_output.simulated_transaction(sim_out),
+            transaction=simulated,
             changed=False,
         )
     if off:
@@ -600,7 +600,7 @@ def main():
             % ("; ".join("candidate for %s is %s" % (o["name"], o["to"]) for o in off), p["driver_version"],
                p["host"] or socket.gethostname()),
             off_target=off,
-            transaction=apt_output.simulated_transaction(sim_out),
+            transaction=simulated,
             changed=False,
         )
     if not module.check_mode:
@@ -635,7 +635,7 @@ def main():
         stderr=err,
     )
     if module.check_mode:
-        result["transaction"] = apt_output.simulated_transaction(out)
+        result["transaction"] = simulated  # check mode: out is the simulation
         result.update(fetched)
     if not judged["ok"]:
         module.fail_json(msg=judged["msg"], **result)

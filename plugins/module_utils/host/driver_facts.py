@@ -590,7 +590,7 @@ def gather(runner: Runner, profile: Mapping[str, Any], params: Mapping[str, Any]
             skip_templates=packaging.rule_templates(profile),
         )
         pack["target_optional"] += packaging.branchless_others(
-            pack, profile.get("package_families") or [], {n: installed_pkgs[n]["version"] for n in present},
+            pack, families, driver_pkgs,
             whole + pack["leaving"] + list(pack["counterparts"]) + [pack["pinning"] or ""], p["expected_version"],
         )
     fm = None

@@ -75,9 +75,7 @@ def branchless(flavour: Mapping[str, Any], version: str) -> bool:
     flavour's ``branchless_from`` branch on (NVIDIA's CUDA repository from 590: ``nvidia-dkms-open``,
     ``libnvidia-compute``, ``cuda-drivers``, where 580 had ``nvidia-dkms-580-open``...). The branch is
     read from the version, never from a name."""
-    since = flavour.get("branchless_from")
-    branch = _branch(version)
-    return bool(since) and branch.isdigit() and int(branch) >= int(since)
+    return _branch_from(version, flavour.get("branchless_from"))
 
 
 def pinning_package(flavour: Mapping[str, Any], version: str) -> Optional[str]:
@@ -97,9 +95,7 @@ def leaving_pins(flavour: Mapping[str, Any], installed: Iterable[str], version: 
     tmpl, mine = flavour.get("pinning"), pinning_package(flavour, version)
     if not tmpl or not mine:
         return []
-    rx = re.compile("^%s$" % re.escape(str(tmpl)).replace(re.escape("{version}"), ".+").replace(
-        re.escape("{branch}"), ".+"))
-    return [name for name in sorted(set(installed)) if rx.match(name) and name != mine]
+    return [name for name in match_families(installed, [_wild(str(tmpl))]) if name != mine]
 
 
 def companions(
@@ -120,7 +116,7 @@ def companions(
     seen: set[str] = set()
     for group in profile.get("companion_packages") or []:
         since = group.get("since_branch")
-        if since and not (branchless_names and _branch(version).isdigit() and int(_branch(version)) >= int(since)):
+        if since and not (branchless_names and _branch_from(version, since)):
             continue
         hits = match_families(names, group.get("detect") or [])
         if hits:
@@ -136,6 +132,12 @@ def companions(
 def _branch(version: str) -> str:
     """``"550.90.07"`` -> ``"550"`` (everything before the first dot)."""
     return str(version).split(".", maxsplit=1)[0]
+
+
+def _branch_from(version: str, since: Any) -> bool:
+    """Whether ``version``'s branch is ``since`` (a branch number) or later; False when either is unset."""
+    branch = _branch(version)
+    return bool(since) and branch.isdigit() and int(branch) >= int(since)
 
 
 def _fill(template: str, version: str, kernel: Optional[str] = None, drop_branch: bool = False) -> str:
