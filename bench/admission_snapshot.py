@@ -76,10 +76,10 @@ sys.path.insert(0, %(coll)r)
 from kubernetes import client, config
 config.load_kube_config()
 core = client.CoreV1Api()
-from ansible_collections.npuops.fleet.plugins.module_utils import admission
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import admission
 from ansible_collections.npuops.fleet.plugins.module_utils.k8s import node_snapshot
-from ansible_collections.npuops.fleet.plugins.module_utils.upgrade_policy import parse_policy
-from ansible_collections.npuops.fleet.plugins.module_utils.vendor_profiles import resolve_profile
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.policy import parse_policy
+from ansible_collections.npuops.fleet.plugins.module_utils.driver.vendor_profiles import resolve_profile
 prof = resolve_profile("nvidia")
 mode = sys.argv[1]
 read = []
@@ -122,9 +122,9 @@ def decide(mode: str, cache_dir: str) -> dict:
 
 
 def measure(core: client.CoreV1Api, coord: client.CoordinationV1Api, n: int) -> dict:
-    from ansible_collections.npuops.fleet.plugins.module_utils import admission
+    from ansible_collections.npuops.fleet.plugins.module_utils.driver.vendor_profiles import resolve_profile
     from ansible_collections.npuops.fleet.plugins.module_utils.k8s.node_snapshot import NodeSnapshot
-    from ansible_collections.npuops.fleet.plugins.module_utils.vendor_profiles import resolve_profile
+    from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import admission
 
     prof = resolve_profile("nvidia")
     t0 = time.monotonic()

@@ -19,7 +19,11 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
 # the Lease's pure helpers (the kubernetes client is imported only by a renewal)
-from ansible_collections.npuops.fleet.plugins.module_utils.lease import DEFAULT_NAME, DEFAULT_NAMESPACE, last_renewal
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s.lease import (
+    DEFAULT_NAME,
+    DEFAULT_NAMESPACE,
+    last_renewal,
+)
 from ansible_collections.npuops.fleet.plugins.plugin_utils.facts import set_like_set_fact
 
 LEASE_SPEC = {
@@ -89,8 +93,8 @@ def renew(lease: dict[str, Any]) -> dict[str, Any] | None:
     """Renew the run's Lease as npu_upgrade_lease's ``renew_only`` does; None when renewed, else the
     failure (``msg``, and ``operation: lost`` / ``lease_lost`` when the Lease is gone or another's)."""
     # imported here: only a boundary that renews pays for the kubernetes client
-    from ansible_collections.npuops.fleet.plugins.module_utils.k8s_client import get_api_client_and_source
-    from ansible_collections.npuops.fleet.plugins.module_utils.lease import LeaseLostError, LeaseManager
+    from ansible_collections.npuops.fleet.plugins.module_utils.k8s.client import get_api_client_and_source
+    from ansible_collections.npuops.fleet.plugins.module_utils.k8s.lease import LeaseLostError, LeaseManager
 
     name, namespace = lease["name"], lease["namespace"]
     try:

@@ -12,7 +12,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 from ansible.plugins.filter.core import to_nice_json
 
-from ansible_collections.npuops.fleet.plugins.module_utils import atomic_file
+from ansible_collections.npuops.fleet.plugins.module_utils.host import atomic_file
 from ansible_collections.npuops.fleet.plugins.plugin_utils.facts import set_like_set_fact
 
 SPEC = {

@@ -15,7 +15,7 @@ Where the states come from (nothing is asked of the cluster; only task results a
   ``_mw_plan`` and at the end ``_mw_summary`` (every host's final status, also the hosts that never
   started).
 
-Waiting: admission (``module_utils/admission.py``) happens inside npu_node_upgrade's prepare call,
+Waiting: admission (``module_utils/upgrade/admission.py``) happens inside npu_node_upgrade's prepare call,
 together with cordon and drain, so a host in phase prepare without a transition yet is either waiting
 for an admission slot or already draining. The run admits at most the width at a time: such hosts
 count as in flight while fewer than the width are admitted, the ones that started prepare later as

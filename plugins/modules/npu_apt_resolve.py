@@ -138,8 +138,11 @@ from typing import Any  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.npuops.fleet.plugins.module_utils import apt_state  # noqa: E402
-from ansible_collections.npuops.fleet.plugins.module_utils.host import apt_output, dpkg_lock  # noqa: E402
+from ansible_collections.npuops.fleet.plugins.module_utils.host import (  # noqa: E402
+    apt_output,
+    apt_state,  # noqa: E402
+    dpkg_lock,
+)
 
 LISTS = "/var/lib/apt/lists"
 RETRY_DELAY = 2.0

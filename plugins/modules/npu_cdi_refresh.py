@@ -148,7 +148,7 @@ from typing import Optional  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.npuops.fleet.plugins.module_utils.driver_version import same_driver_version  # noqa: E402
+from ansible_collections.npuops.fleet.plugins.module_utils.driver.version import same_driver_version  # noqa: E402
 from ansible_collections.npuops.fleet.plugins.module_utils.host import cdi  # noqa: E402
 
 

@@ -13,7 +13,7 @@ description:
     host boots next (C(modinfo -k)), and the userspace (C(nvidia-smi), the NVML mismatch line, or the
     utils package) — and gives a verdict C(ok), C(reload_required), C(rebuild_required),
     C(no_driver) or C(no_devices).
-  - Every version comparison uses the collection's one rule, C(plugins/module_utils/driver_version.py) -
+  - Every version comparison uses the collection's one rule, C(plugins/module_utils/driver/version.py) -
     epoch and Debian revision dropped, numeric components compared as numbers (C(550.90.07) is
     C(550.90.7)), and a C(major.minor) such as the C(570.124) of NVML's mismatch line matches
     C(570.124.06); a lone major (C(580)) never matches a full version.
@@ -777,7 +777,7 @@ fabricmanager:
 profile:
   description:
     - The vendor profile as resolved from O(vendor), O(vendor_profile) and O(vendor_profiles)
-      (C(plugins/module_utils/vendor_profiles.py)), with C(name) set to the vendor.
+      (C(plugins/module_utils/driver/vendor_profiles.py)), with C(name) set to the vendor.
     - "Host-side keys: C(kernel_modules) (unload order), C(main_module), C(packages) and
       C(userspace_package) (with C({branch}) / C({version}) placeholders), C(services), C(smi_command),
       C(device_glob), C(package_families); plus the Kubernetes-side keys (labels, operands, ...)."
@@ -799,12 +799,15 @@ import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.npuops.fleet.plugins.module_utils import smi_parsers  # noqa: E402
-from ansible_collections.npuops.fleet.plugins.module_utils.host import driver_facts, window_record  # noqa: E402
-from ansible_collections.npuops.fleet.plugins.module_utils.vendor_profiles import (  # noqa: E402
+from ansible_collections.npuops.fleet.plugins.module_utils.driver.vendor_profiles import (  # noqa: E402
     PROFILE_ARG_SPEC,
     ProfileError,
     resolve_profile,
+)
+from ansible_collections.npuops.fleet.plugins.module_utils.host import (  # noqa: E402
+    driver_facts,
+    smi_parsers,  # noqa: E402
+    window_record,
 )
 
 

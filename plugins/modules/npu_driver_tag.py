@@ -225,19 +225,19 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.npuops.fleet.plugins.module_utils.driver_tags import TagError, compute_tag, image_ref
-from ansible_collections.npuops.fleet.plugins.module_utils.k8s_client import (
+from ansible_collections.npuops.fleet.plugins.module_utils.driver.node_labels import LabelError
+from ansible_collections.npuops.fleet.plugins.module_utils.driver.tags import TagError, compute_tag, image_ref
+from ansible_collections.npuops.fleet.plugins.module_utils.driver.vendor_profiles import (
+    PROFILE_ARG_SPEC,
+    ProfileError,
+    resolve_profile,
+)
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s.client import (
     AUTH_ARG_SPEC,
     HAS_KUBERNETES,
     KUBERNETES_IMPORT_ERROR,
     K8sAuthError,
     get_api_client_and_source,
-)
-from ansible_collections.npuops.fleet.plugins.module_utils.node_facts import LabelError
-from ansible_collections.npuops.fleet.plugins.module_utils.vendor_profiles import (
-    PROFILE_ARG_SPEC,
-    ProfileError,
-    resolve_profile,
 )
 
 
@@ -265,7 +265,7 @@ def read_node(module: AnsibleModule, name: str) -> tuple[dict, dict, dict]:
     ``(labels, status.nodeInfo, kube_auth)``; fails the task on any error."""
     from kubernetes import client as k8s
 
-    from ansible_collections.npuops.fleet.plugins.module_utils.node_record import read_node as get_node
+    from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.record import read_node as get_node
 
     try:
         api_client, kube_auth = get_api_client_and_source(module.params)

@@ -128,12 +128,12 @@ from typing import Any  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.npuops.fleet.plugins.module_utils.host import driver_facts  # noqa: E402
-from ansible_collections.npuops.fleet.plugins.module_utils.vendor_profiles import (  # noqa: E402
+from ansible_collections.npuops.fleet.plugins.module_utils.driver.vendor_profiles import (  # noqa: E402
     PROFILE_ARG_SPEC,
     ProfileError,
     resolve_profile,
 )
+from ansible_collections.npuops.fleet.plugins.module_utils.host import driver_facts  # noqa: E402
 
 
 class KmodReload:

@@ -259,26 +259,26 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.npuops.fleet.plugins.module_utils.k8s_client import (
-    AUTH_ARG_SPEC,
-    HAS_KUBERNETES,
-    KUBERNETES_IMPORT_ERROR,
-    K8sAuthError,
-    get_api_client_and_source,
-)
-from ansible_collections.npuops.fleet.plugins.module_utils.matrix import (
+from ansible_collections.npuops.fleet.plugins.module_utils.driver.matrix import (
     MatrixError,
     audit_node,
     from_list,
     load_file,
     summarize,
 )
-from ansible_collections.npuops.fleet.plugins.module_utils.node_facts import list_nodes_raw
-from ansible_collections.npuops.fleet.plugins.module_utils.vendor_profiles import (
+from ansible_collections.npuops.fleet.plugins.module_utils.driver.vendor_profiles import (
     PROFILE_ARG_SPEC,
     ProfileError,
     resolve_profile,
 )
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s.client import (
+    AUTH_ARG_SPEC,
+    HAS_KUBERNETES,
+    KUBERNETES_IMPORT_ERROR,
+    K8sAuthError,
+    get_api_client_and_source,
+)
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s.paged_list import list_nodes_raw
 
 MAX_WARNINGS = 20
 

@@ -501,21 +501,21 @@ import traceback  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
 
-from ansible_collections.npuops.fleet.plugins.module_utils import k8s_retry  # noqa: E402
+from ansible_collections.npuops.fleet.plugins.module_utils.driver.vendor_profiles import (  # noqa: E402
+    PROFILE_ARG_SPEC,
+    ProfileError,
+    resolve_profile,
+)
 from ansible_collections.npuops.fleet.plugins.module_utils.fleet.identity import FIELDS as IDENTITY_FIELDS  # noqa: E402
-from ansible_collections.npuops.fleet.plugins.module_utils.k8s_client import (  # noqa: E402
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s import retry as k8s_retry  # noqa: E402
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s.client import (  # noqa: E402
     AUTH_ARG_SPEC,
     HAS_KUBERNETES,
     KUBERNETES_IMPORT_ERROR,
     K8sAuthError,
     get_api_client_and_source,
 )
-from ansible_collections.npuops.fleet.plugins.module_utils.upgrade_policy import PolicyError, parse_policy  # noqa: E402
-from ansible_collections.npuops.fleet.plugins.module_utils.vendor_profiles import (  # noqa: E402
-    PROFILE_ARG_SPEC,
-    ProfileError,
-    resolve_profile,
-)
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.policy import PolicyError, parse_policy  # noqa: E402
 
 
 def count_requests(api_client):
@@ -735,7 +735,7 @@ def main():
     if not HAS_KUBERNETES:
         module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
 
-    from ansible_collections.npuops.fleet.plugins.module_utils.node_upgrade import (
+    from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.node_upgrade import (
         NodeUpgrade,
         UpgradeConflict,
         UpgradeFailed,
@@ -756,9 +756,9 @@ def main():
         module.fail_json(msg=str(exc), node=p["node"])
     counts = count_requests(api_client)
     if p["run_lease"] and not module.check_mode:
-        from ansible_collections.npuops.fleet.plugins.module_utils import k8s_wait
-        from ansible_collections.npuops.fleet.plugins.module_utils.lease import LeaseManager, last_renewal
-        from ansible_collections.npuops.fleet.plugins.module_utils.run_lease import LeaseKeepalive
+        from ansible_collections.npuops.fleet.plugins.module_utils.k8s import wait as k8s_wait
+        from ansible_collections.npuops.fleet.plugins.module_utils.k8s.lease import LeaseManager, last_renewal
+        from ansible_collections.npuops.fleet.plugins.module_utils.window.run_lease import LeaseKeepalive
 
         rl = p["run_lease"]
         if rl["ttl"] < 1:

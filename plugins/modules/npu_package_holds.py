@@ -151,12 +151,15 @@ import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.npuops.fleet.plugins.module_utils import apt_state  # noqa: E402
-from ansible_collections.npuops.fleet.plugins.module_utils.host import dpkg_lock, package_holds  # noqa: E402
-from ansible_collections.npuops.fleet.plugins.module_utils.vendor_profiles import (  # noqa: E402
+from ansible_collections.npuops.fleet.plugins.module_utils.driver.vendor_profiles import (  # noqa: E402
     PROFILE_ARG_SPEC,
     ProfileError,
     resolve_profile,
+)
+from ansible_collections.npuops.fleet.plugins.module_utils.host import (  # noqa: E402
+    apt_state,  # noqa: E402
+    dpkg_lock,
+    package_holds,
 )
 
 SET_ATTEMPTS = 5

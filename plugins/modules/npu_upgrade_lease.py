@@ -183,14 +183,14 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.npuops.fleet.plugins.module_utils.k8s_client import (
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s.client import (
     AUTH_ARG_SPEC,
     HAS_KUBERNETES,
     KUBERNETES_IMPORT_ERROR,
     K8sAuthError,
     get_api_client_and_source,
 )
-from ansible_collections.npuops.fleet.plugins.module_utils.lease import (
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s.lease import (
     DEFAULT_NAME,
     DEFAULT_NAMESPACE,
     LeaseHeldError,

@@ -179,6 +179,11 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
+from ansible_collections.npuops.fleet.plugins.module_utils.driver.vendor_profiles import (
+    PROFILE_ARG_SPEC,
+    ProfileError,
+    resolve_profile,
+)
 from ansible_collections.npuops.fleet.plugins.module_utils.fleet.workload_compat import (
     ChangeError,
     collect_workloads,
@@ -186,19 +191,14 @@ from ansible_collections.npuops.fleet.plugins.module_utils.fleet.workload_compat
     refusal,
     summary_lines,
 )
-from ansible_collections.npuops.fleet.plugins.module_utils.k8s.paged_list import list_all
-from ansible_collections.npuops.fleet.plugins.module_utils.k8s_client import (
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s.client import (
     AUTH_ARG_SPEC,
     HAS_KUBERNETES,
     KUBERNETES_IMPORT_ERROR,
     K8sAuthError,
     get_api_client_and_source,
 )
-from ansible_collections.npuops.fleet.plugins.module_utils.vendor_profiles import (
-    PROFILE_ARG_SPEC,
-    ProfileError,
-    resolve_profile,
-)
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s.paged_list import list_all
 
 CHANGE_SPEC = dict(
     node=dict(type="str", required=True),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Iterable, Union
 
-from ansible_collections.npuops.fleet.plugins.module_utils.apt_state import in_families
+from ansible_collections.npuops.fleet.plugins.module_utils.host.apt_state import in_families
 
 
 def package_match(name: str, patterns: Union[str, Iterable[str]]) -> bool:

@@ -31,7 +31,7 @@ OLD_KERNEL = "5.15.0-107-generic"
 GPU_CAPACITY = {"cpu": "4", "memory": "8Gi", "pods": "110", "nvidia.com/gpu": "2"}
 STATE = "nvidia.com/gpu-driver-upgrade-state"
 # the upgrade states between admission and uncordon, written in the tests independently of
-# upgrade_state_machine.py (the watcher must not take its answer from the product)
+# upgrade/states.py (the watcher must not take its answer from the product)
 IN_UPGRADE = TAKEN
 ZONE = "topology.kubernetes.io/zone"
 

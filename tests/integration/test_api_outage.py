@@ -29,7 +29,7 @@ from ansible_tasks import run_module, run_tasks
 from kubernetes import client
 from labhelpers import create_kwok_nodes, delete_nodes, driver_labels, wait
 
-from ansible_collections.npuops.fleet.plugins.module_utils import k8s_retry
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s import retry as k8s_retry
 
 pytestmark = pytest.mark.lab
 

@@ -22,7 +22,7 @@ import pytest
 from kubernetes import client, config
 from labhelpers import create_kwok_nodes, delete_nodes, dry_run_eviction, gone, poll, wait
 
-from ansible_collections.npuops.fleet.plugins.module_utils import drain
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import drain
 
 pytestmark = pytest.mark.lab
 

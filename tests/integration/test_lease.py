@@ -82,7 +82,7 @@ def test_expired_lease_is_taken_over(lab_kubeconfig, lease_name):
 
 def test_concurrent_acquirers_exactly_one_wins(api_client, lease_name):
     """8 threads race for a fresh lease through the API (create + replace with resourceVersion)."""
-    from ansible_collections.npuops.fleet.plugins.module_utils.lease import LeaseHeldError, LeaseManager
+    from ansible_collections.npuops.fleet.plugins.module_utils.k8s.lease import LeaseHeldError, LeaseManager
 
     start = threading.Barrier(8)
     won, refused, errors = [], [], []
@@ -110,7 +110,7 @@ def test_concurrent_acquirers_exactly_one_wins(api_client, lease_name):
 
 
 def test_concurrent_takeover_of_expired_lease_exactly_one_wins(api_client, lease_name):
-    from ansible_collections.npuops.fleet.plugins.module_utils.lease import LeaseHeldError, LeaseManager
+    from ansible_collections.npuops.fleet.plugins.module_utils.k8s.lease import LeaseHeldError, LeaseManager
 
     LeaseManager(api_client, NS, lease_name).acquire("old/0", 1)
     time.sleep(1.5)

@@ -29,7 +29,7 @@ import pytest
 from kubernetes import client
 from labhelpers import create_kwok_nodes, delete_nodes, dry_run_eviction, gone, wait
 
-from ansible_collections.npuops.fleet.plugins.module_utils import drain
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import drain
 
 pytestmark = pytest.mark.lab
 

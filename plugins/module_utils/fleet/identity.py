@@ -1,4 +1,6 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Note that this module_utils is PRIVATE to the collection. It can have breaking changes at any time.
+# Do not use it from other collections or standalone plugins/modules!
 """Host-to-Node identity: is the machine Ansible reached the one behind the Node it is mapped to?
 
 Both sides know the same machine facts, because the kubelet reads them from the host it runs on:

@@ -1,4 +1,6 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Note that this module_utils is PRIVATE to the collection. It can have breaking changes at any time.
+# Do not use it from other collections or standalone plugins/modules!
 """A pod's node constraints, matched against a node's labels the way kube-scheduler matches them.
 
 Two of the scheduler's filters decide whether a node's labels admit a pod (NodeAffinity plugin,

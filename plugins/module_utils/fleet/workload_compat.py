@@ -1,4 +1,6 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Note that this module_utils is PRIVATE to the collection. It can have breaking changes at any time.
+# Do not use it from other collections or standalone plugins/modules!
 """Workload compatibility of a planned change: which workloads lose or gain nodes they can run on.
 
 A planned change moves nodes to another driver version (and optionally kernel release and OS). The
@@ -20,13 +22,13 @@ import json
 import re
 from typing import Any, Iterable, Mapping, Optional
 
+from ansible_collections.npuops.fleet.plugins.module_utils.driver.node_labels import FACT_LABELS
 from ansible_collections.npuops.fleet.plugins.module_utils.fleet.node_affinity import (
     UNSCHEDULABLE_TAINT,
     NodeConstraints,
     project,
     taints_admit,
 )
-from ansible_collections.npuops.fleet.plugins.module_utils.node_facts import FACT_LABELS
 
 # NFD's kernel and OS labels besides the ones node_facts reads (same prefix, published together)
 _NFD = "feature.node.kubernetes.io/"

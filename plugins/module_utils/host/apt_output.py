@@ -1,4 +1,6 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Note that this module_utils is PRIVATE to the collection. It can have breaking changes at any time.
+# Do not use it from other collections or standalone plugins/modules!
 """What apt and dpkg print when a driver install goes wrong: pure parsers (no I/O).
 
 * :func:`unmet_dependencies` - the ``The following packages have unmet dependencies:`` block
@@ -21,7 +23,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Optional
 
-from ansible_collections.npuops.fleet.plugins.module_utils.driver_version import normalize_version
+from ansible_collections.npuops.fleet.plugins.module_utils.driver.version import normalize_version
 from ansible_collections.npuops.fleet.plugins.module_utils.host import dkms
 
 UNMET_HEADER = "The following packages have unmet dependencies:"

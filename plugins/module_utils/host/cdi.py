@@ -1,4 +1,6 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Note that this module_utils is PRIVATE to the collection. It can have breaking changes at any time.
+# Do not use it from other collections or standalone plugins/modules!
 """CDI specifications that must follow the driver (case E4).
 
 With the NVIDIA Container Toolkit in CDI mode, a container runtime reads the vendor's Container Device

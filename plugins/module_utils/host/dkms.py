@@ -1,4 +1,6 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Note that this module_utils is PRIVATE to the collection. It can have breaking changes at any time.
+# Do not use it from other collections or standalone plugins/modules!
 """DKMS: ``dkms status`` in every format dkms versions print, and a failed build inside apt (pure).
 
 ``dkms status`` lines seen in the field::
@@ -17,7 +19,7 @@ import fnmatch
 import re
 from typing import Any, Iterable, Mapping, Optional
 
-from ansible_collections.npuops.fleet.plugins.module_utils.driver_version import same_driver_version
+from ansible_collections.npuops.fleet.plugins.module_utils.driver.version import same_driver_version
 
 # DKMS module names of a driver, keyed by the vendor profile's ``main_module``: the one table of them.
 # Ubuntu (nvidia-dkms-*) and NVIDIA's CUDA repository register ``nvidia``; Debian's nvidia-kernel-dkms

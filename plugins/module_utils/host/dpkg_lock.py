@@ -1,4 +1,6 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Note that this module_utils is PRIVATE to the collection. It can have breaking changes at any time.
+# Do not use it from other collections or standalone plugins/modules!
 """dpkg / apt locks: who holds them, waiting until they are free, and apt's lock error messages.
 
 apt and dpkg lock with fcntl POSIX write locks (F_SETLK) on fixed files. A lock is tested here with

@@ -1,4 +1,6 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Note that this module_utils is PRIVATE to the collection. It can have breaking changes at any time.
+# Do not use it from other collections or standalone plugins/modules!
 """Driver drift metrics: the facts of ``host/driver_facts.gather`` as Prometheus text exposition format
 (version 0.0.4, what node_exporter's textfile collector reads), pure.
 
@@ -44,11 +46,8 @@ import math
 import re
 from typing import Any, Iterable, Mapping, Optional
 
-from ansible_collections.npuops.fleet.plugins.module_utils.driver_verdict import VERDICTS
-from ansible_collections.npuops.fleet.plugins.module_utils.driver_version import (
-    normalize_version,
-    same_driver_version,
-)
+from ansible_collections.npuops.fleet.plugins.module_utils.driver.verdict import VERDICTS
+from ansible_collections.npuops.fleet.plugins.module_utils.driver.version import normalize_version, same_driver_version
 
 PREFIX = "npu_driver_"
 MISMATCH_VERDICTS = ("reload_required", "rebuild_required")

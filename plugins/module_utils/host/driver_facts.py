@@ -1,4 +1,6 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Note that this module_utils is PRIVATE to the collection. It can have breaking changes at any time.
+# Do not use it from other collections or standalone plugins/modules!
 """Host-side driver facts: the one gathering behind ``npuops.fleet.npu_driver_facts`` and the drift check
 that ``roles/driver_drift_monitor`` runs on the host between windows.
 
@@ -24,14 +26,11 @@ import re
 import socket
 from typing import Any, Mapping, Optional, Protocol
 
-from ansible_collections.npuops.fleet.plugins.module_utils import apt_state, kmod_versions, smi_parsers
-from ansible_collections.npuops.fleet.plugins.module_utils.driver_verdict import driver_verdict
-from ansible_collections.npuops.fleet.plugins.module_utils.driver_version import (
-    normalize_version,
-    same_driver_version,
-)
+from ansible_collections.npuops.fleet.plugins.module_utils.driver.verdict import driver_verdict
+from ansible_collections.npuops.fleet.plugins.module_utils.driver.version import normalize_version, same_driver_version
 from ansible_collections.npuops.fleet.plugins.module_utils.host import (
     apt_output,
+    apt_state,
     cdi,
     dkms,
     dpkg_lock,
@@ -39,9 +38,11 @@ from ansible_collections.npuops.fleet.plugins.module_utils.host import (
     gpu_support,
     kernel_log,
     kmod_holders,
+    kmod_versions,
     mig,
     packaging,
     secure_boot,
+    smi_parsers,
 )
 
 

@@ -1,4 +1,6 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Note that this module_utils is PRIVATE to the collection. It can have breaking changes at any time.
+# Do not use it from other collections or standalone plugins/modules!
 """NVIDIA fabric manager against the driver (D2): the installed package's version must equal the
 driver's exactly on NVSwitch systems, else nv-fabricmanager refuses to start (pure, no I/O)."""
 
@@ -7,10 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Optional
 
-from ansible_collections.npuops.fleet.plugins.module_utils.driver_version import (
-    normalize_version,
-    same_driver_version,
-)
+from ansible_collections.npuops.fleet.plugins.module_utils.driver.version import normalize_version, same_driver_version
 from ansible_collections.npuops.fleet.plugins.module_utils.host.kernel_log import fabricmanager_mismatch
 
 # Package names in order of preference: the real package (Ubuntu / CUDA repo ``nvidia-fabricmanager-<branch>``,

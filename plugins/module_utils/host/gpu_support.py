@@ -1,4 +1,6 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Note that this module_utils is PRIVATE to the collection. It can have breaking changes at any time.
+# Do not use it from other collections or standalone plugins/modules!
 """Which kernel-module flavour of a driver can drive which GPU (case E3).
 
 NVIDIA ships with every driver its own table of the GPUs it supports, ``supported-gpus.json``
@@ -35,7 +37,7 @@ import tarfile
 import threading
 from typing import Any, Iterable, Mapping, Optional
 
-from ansible_collections.npuops.fleet.plugins.module_utils.vendor_profiles import MODULE_FLAVOURS
+from ansible_collections.npuops.fleet.plugins.module_utils.driver.vendor_profiles import MODULE_FLAVOURS
 
 NVIDIA_VENDOR = "0x10de"
 GPU_CLASSES = ("0x0300", "0x0302")

@@ -1,4 +1,6 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Note that this module_utils is PRIVATE to the collection. It can have breaking changes at any time.
+# Do not use it from other collections or standalone plugins/modules!
 """Kernel log and service log messages about the accelerator driver: pure parsers (no I/O).
 
 * :func:`gpu_lost` - a GPU that has fallen off the bus (the three-line NVRM form, ``Xid ... 79``,
@@ -18,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
-from ansible_collections.npuops.fleet.plugins.module_utils.smi_parsers import kernel_module_version
+from ansible_collections.npuops.fleet.plugins.module_utils.host.smi_parsers import kernel_module_version
 
 GPU_LOST = "GPU lost (hardware/PCIe)"
 FLAVOUR_UNSUPPORTED = "module flavour not supported on this GPU"

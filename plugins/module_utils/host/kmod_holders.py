@@ -1,4 +1,6 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Note that this module_utils is PRIVATE to the collection. It can have breaking changes at any time.
+# Do not use it from other collections or standalone plugins/modules!
 """Kernel modules and what holds them: unload order from the kernel, rmmod / lsof output (pure).
 
 The unload order comes from ``/sys/module/<m>/holders/*`` of what is loaded now, not from a fixed

@@ -1,4 +1,6 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Note that this module_utils is PRIVATE to the collection. It can have breaking changes at any time.
+# Do not use it from other collections or standalone plugins/modules!
 """MIG layouts: what ``nvidia-smi`` says of them, and how one is put back after a reload or reboot (case E5).
 
 On a MIG-capable GPU (A100, A30, H100, H200, B200) the MIG *mode* is a setting of the GPU and survives
@@ -28,7 +30,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Mapping, Optional
 
-from ansible_collections.npuops.fleet.plugins.module_utils import smi_parsers
+from ansible_collections.npuops.fleet.plugins.module_utils.host import smi_parsers
 
 MODE_QUERY_FIELDS = ("index", "pci.bus_id", "mig.mode.current", "mig.mode.pending")
 

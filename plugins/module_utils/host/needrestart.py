@@ -1,4 +1,6 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Note that this module_utils is PRIVATE to the collection. It can have breaking changes at any time.
+# Do not use it from other collections or standalone plugins/modules!
 """needrestart's batch output (``needrestart -b``, also in unattended-upgrades logs): pure parser.
 
 ``NEEDRESTART-KSTA`` is the kernel status: 0 unknown, 1 the running kernel is the newest installed,

@@ -1,4 +1,6 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Note that this module_utils is PRIVATE to the collection. It can have breaking changes at any time.
+# Do not use it from other collections or standalone plugins/modules!
 """Which packages to hold or release, from dpkg's own listings (pure; no I/O).
 
 Private to this collection. Used by the module ``npu_package_holds`` (the package_holds role and the
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-from ansible_collections.npuops.fleet.plugins.module_utils import apt_state, kmod_versions
+from ansible_collections.npuops.fleet.plugins.module_utils.host import apt_state, kmod_versions
 
 
 def hold_candidates(

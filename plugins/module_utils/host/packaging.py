@@ -1,4 +1,6 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Note that this module_utils is PRIVATE to the collection. It can have breaking changes at any time.
+# Do not use it from other collections or standalone plugins/modules!
 """Packaging flavours: which packages carry a vendor's driver on a host, and whether it can be built.
 
 A flavour is data in the vendor profile's ``packaging`` list (pure; no I/O here)::
@@ -30,8 +32,8 @@ import functools
 import re
 from typing import Any, Iterable, Mapping, Optional
 
-from ansible_collections.npuops.fleet.plugins.module_utils import vendor_profiles
-from ansible_collections.npuops.fleet.plugins.module_utils.apt_state import match_families
+from ansible_collections.npuops.fleet.plugins.module_utils.driver import vendor_profiles
+from ansible_collections.npuops.fleet.plugins.module_utils.host.apt_state import match_families
 
 # a flavour's ``build`` values: defined in vendor_profiles, which validates them (and imports nothing here)
 BUILDS = vendor_profiles.BUILDS

@@ -1,4 +1,6 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Note that this module_utils is PRIVATE to the collection. It can have breaking changes at any time.
+# Do not use it from other collections or standalone plugins/modules!
 """Secure Boot state from the EFI variable or ``mokutil --sb-state`` (pure parsers, no I/O).
 
 The kernel refuses an unsigned (or not enrolled-key signed) DKMS module when Secure Boot is on (D3),

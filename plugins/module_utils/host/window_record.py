@@ -1,4 +1,6 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Note that this module_utils is PRIVATE to the collection. It can have breaking changes at any time.
+# Do not use it from other collections or standalone plugins/modules!
 """The host's pre-window state: recorded on the host before a maintenance window, restored after it.
 
 The record is a JSON file on the host (written atomically, mode 0600) so that it survives a control
@@ -18,8 +20,7 @@ import os
 import time
 from typing import Any, Callable, Iterable, Mapping, Optional
 
-from ansible_collections.npuops.fleet.plugins.module_utils import atomic_file
-from ansible_collections.npuops.fleet.plugins.module_utils.host import dpkg_lock, mig
+from ansible_collections.npuops.fleet.plugins.module_utils.host import atomic_file, dpkg_lock, mig
 
 RECORD_VERSION = 1
 DEFAULT_PATH = "/var/lib/npuops-fleet/window.json"

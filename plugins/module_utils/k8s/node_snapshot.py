@@ -1,4 +1,6 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Note that this module_utils is PRIVATE to the collection. It can have breaking changes at any time.
+# Do not use it from other collections or standalone plugins/modules!
 """A compact view of a vendor's Nodes for admission, at bytes that do not grow with whole Node objects.
 
 Admission needs, for every node of the vendor: its name, whether it is Ready, whether it is cordoned,
@@ -35,7 +37,8 @@ import tempfile
 import time
 from typing import Any, Callable, Mapping, Optional
 
-from ansible_collections.npuops.fleet.plugins.module_utils import k8s_retry, k8s_wait
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s import retry as k8s_retry
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s import wait as k8s_wait
 
 TABLE_ACCEPT = "application/json;as=Table;v=v1;g=meta.k8s.io"
 # seconds a cached Table of the vendor's nodes is used before it is read again

@@ -1,4 +1,6 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Note that this module_utils is PRIVATE to the collection. It can have breaking changes at any time.
+# Do not use it from other collections or standalone plugins/modules!
 """Paginated LISTs (``limit`` / ``continue``) returning the API's JSON dicts.
 
 Raw dicts, not the client's models: deserialising thousands of objects into models costs seconds.
@@ -10,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Optional
 
-from ansible_collections.npuops.fleet.plugins.module_utils import k8s_retry
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s import retry as k8s_retry
 
 
 def list_all(
@@ -50,3 +52,12 @@ def list_all(
         token = (data.get("metadata") or {}).get("continue")
         if not token:
             return items, requests
+
+
+def list_nodes_raw(
+    api_client: Any, label_selector: str, page_size: int = 500, timeout: Optional[float] = 60
+) -> tuple[list, int]:
+    """All nodes matching ``label_selector``: ``(items, requests)`` from k8s/paged_list.list_all."""
+    from kubernetes import client as k8s
+
+    return list_all(k8s.CoreV1Api(api_client).list_node, page_size, timeout, label_selector=label_selector)

@@ -30,7 +30,7 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)  # ansible_collections/npuops/fleet/plugins/module_utils/... lies here
 
 from ansible_collections.npuops.fleet.plugins.module_utils.host import drift_metrics, driver_facts  # noqa: E402
-from ansible_collections.npuops.fleet.plugins.module_utils.vendor_profiles import resolve_profile  # noqa: E402
+from ansible_collections.npuops.fleet.plugins.module_utils.driver.vendor_profiles import resolve_profile  # noqa: E402
 
 DEFAULT_CONFIG = os.path.join(HERE, "config.json")
 

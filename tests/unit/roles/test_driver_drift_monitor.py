@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ansible_collections.npuops.fleet.plugins.plugin_utils.import_closure import module_utils_closure
+
 ROOT = Path(__file__).resolve().parents[3]
 ROLE = ROOT / "roles" / "driver_drift_monitor"
 MU = ROOT / "plugins" / "module_utils"
@@ -173,11 +175,14 @@ def _imports(path: Path) -> set[str]:
                     res.add(base + ".py")
             if base and (MU / base / "__init__.py").is_file():
                 res.add(base + "/__init__.py")
+            res.add("__init__.py")  # the module_utils package itself
     return res
 
 
 def test_the_role_ships_the_scripts_whole_import_closure():
-    shipped = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["_driver_drift_monitor_module_utils"]
+    expr = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["_driver_drift_monitor_module_utils"]
+    assert "npuops.fleet.module_utils_closure" in expr and "files/npu_drift_check.py" in expr
+    shipped = module_utils_closure(ROLE / "files" / "npu_drift_check.py", MU)
     todo, closure = [ROLE / "files" / "npu_drift_check.py"], set()
     while todo:
         for rel in _imports(todo.pop()):
@@ -185,6 +190,9 @@ def test_the_role_ships_the_scripts_whole_import_closure():
                 closure.add(rel)
                 todo.append(MU / rel)
     assert sorted(closure) == sorted(shipped)
+    # the layers the check needs, and nothing of the control node's
+    assert {"host/driver_facts.py", "driver/version.py", "driver/vendor_profiles.py", "host/__init__.py"} <= closure
+    assert not any(rel.startswith(("k8s/", "upgrade/", "window/", "fleet/")) for rel in closure)
     # pure: nothing of Ansible on the host
     for rel in shipped:
         assert "ansible.module_utils" not in (MU / rel).read_text(), rel

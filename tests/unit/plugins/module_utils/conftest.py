@@ -1,10 +1,16 @@
-"""Shared fixtures of the module_utils unit tests."""
+"""Shared fixtures of the module_utils unit tests (one folder per module_utils layer below this one)."""
 
 from __future__ import annotations
 
+import os
+import sys
+
 import pytest
 
-from ansible_collections.npuops.fleet.plugins.module_utils import k8s_wait
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s import wait as k8s_wait
+
+# fake_k8s / upgrade_pod_fixtures live here, beside the layer folders that import them
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture

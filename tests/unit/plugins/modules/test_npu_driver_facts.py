@@ -8,8 +8,8 @@ import os
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
+from ansible_collections.npuops.fleet.plugins.module_utils.driver.vendor_profiles import resolve_profile
 from ansible_collections.npuops.fleet.plugins.module_utils.host import driver_facts as df
-from ansible_collections.npuops.fleet.plugins.module_utils.vendor_profiles import resolve_profile
 from ansible_collections.npuops.fleet.plugins.modules import npu_driver_facts as mod
 
 FIX = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures")

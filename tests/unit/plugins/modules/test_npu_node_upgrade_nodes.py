@@ -9,7 +9,8 @@ import pytest
 from ansible.module_utils.testing import patch_module_args
 from kubernetes.client.rest import ApiException
 
-from ansible_collections.npuops.fleet.plugins.module_utils import k8s_retry, node_upgrade
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s import retry as k8s_retry
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import node_upgrade
 from ansible_collections.npuops.fleet.plugins.modules import npu_node_upgrade as mod
 
 

@@ -1,0 +1,5 @@
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Note that this module_utils is PRIVATE to the collection. It can have breaking changes at any time.
+# Do not use it from other collections or standalone plugins/modules!
+"""The maintenance window's run-wide lock: the window Lease's keepalive, renewed beside the upgrade
+so a lost lock stops the node at a safe point. Imports k8s/, upgrade/states and errors.py."""
