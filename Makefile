@@ -5,7 +5,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/build/collections
 export NPUOPS_LAB_DIR ?= /tmp/npuops-lab
 
-.PHONY: bootstrap test unit lint sanity integration faults molecule demo bench lab-up lab-down lab-status build ee clean docs
+.PHONY: bootstrap test unit lint mypy sanity integration faults molecule demo bench lab-up lab-down lab-status build ee clean docs
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -19,6 +19,10 @@ unit: bootstrap
 
 lint: bootstrap
 	@scripts/test.sh lint
+
+# mypy over plugins/ alone (also a step of `make lint`; [tool.mypy] in pyproject.toml)
+mypy: bootstrap
+	@scripts/test.sh mypy
 
 sanity: bootstrap
 	@scripts/test.sh sanity

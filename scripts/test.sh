@@ -24,6 +24,13 @@ stage_lint() {
   promtool test rules deploy/monitoring/tests/*.test.yml
   stage_docs_lint
   stage_galaxy_import
+  stage_mypy  # last: the other checks still run while mypy reports errors
+}
+
+stage_mypy() {
+  # [tool.mypy] in pyproject.toml: plugins/ through the build/collections symlink (link_collection),
+  # so that modules are named ansible_collections.npuops.fleet.* as Ansible imports them
+  echo "== mypy (plugins)"; mypy
 }
 
 docs_env() {

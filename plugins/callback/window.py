@@ -95,6 +95,7 @@ from ansible import constants as C
 from ansible import context
 from ansible.plugins.callback import CallbackBase
 
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.states import UPGRADE_FAILED, UPGRADE_REQUIRED
 from ansible_collections.npuops.fleet.plugins.plugin_utils.window_record import PHASES, epoch, number
 
 FINAL = ("preflight-ok", "upgraded", "already-at-target", "skipped", "failed", "not-started")
@@ -226,7 +227,7 @@ class CallbackModule(CallbackBase):
         line = "%s  %s -> %s" % (name, h.state or "-", new)
         if h.since is not None:
             line += "  (%.1f s)" % max(0.0, at - h.since)
-        color = C.COLOR_ERROR if new in ("failed", "upgrade-failed") else None
+        color = C.COLOR_ERROR if new in ("failed", UPGRADE_FAILED) else None
         self._say(line, color)
         if reason and new in WITH_REASON:
             self._say("%s  reason: %s" % (name, reason), color)
@@ -254,7 +255,7 @@ class CallbackModule(CallbackBase):
                 h = self._host(name)
                 at = epoch(tr.get("time"))
                 at = now if at is None else at
-                if tr["to"] == "upgrade-required":
+                if tr["to"] == UPGRADE_REQUIRED:
                     h.admitted_at = at
                 h.admitted = True
                 self._change(name, str(tr["to"]), at)

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible.errors import AnsibleFilterError
-
 from ansible_collections.npuops.fleet.plugins.plugin_utils.import_closure import module_utils_closure
 
 DOCUMENTATION = r"""
@@ -47,7 +45,8 @@ def _closure(path: str, root: str) -> list[str]:
     try:
         return module_utils_closure(path, root)
     except (OSError, SyntaxError) as exc:
-        raise AnsibleFilterError("module_utils_closure: cannot read the imports of %s: %s" % (path, exc)) from exc
+        # ValueError, as the collection's other filters: Ansible reports it with the filter's name
+        raise ValueError("module_utils_closure: cannot read the imports of %s: %s" % (path, exc)) from exc
 
 
 class FilterModule:

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.states import UPGRADE_DONE
+
 DOCUMENTATION = r"""
 name: lane_order
 short_description: Order hosts for the maintenance window's lanes
@@ -93,7 +95,7 @@ def lane_row(result: Mapping[str, Any]) -> dict[str, Any]:
         "reboot": bool(result.get("reboot_planned")),
         "domain": result.get("failure_domain"),
         # in an upgrade, failed or admitted already: anything but no state or upgrade-done
-        "resume": (result.get("state_at_start") or "") not in ("", "upgrade-done"),
+        "resume": (result.get("state_at_start") or "") not in ("", UPGRADE_DONE),
     }
 
 

@@ -432,14 +432,14 @@ def timeline_svg(summary: Any) -> str:
         % (LABEL_W, _f(strip_top + STRIP_H), LABEL_W + CHART_W, _f(strip_top + STRIP_H))
     )
     for s, e, c in segments:
-        h = STRIP_H * c / peak
+        bar_h = STRIP_H * c / peak
         out.append(
             _bar(
                 "inflight-step",
                 scale.x(s),
                 scale.x(e),
-                strip_top + STRIP_H - h,
-                h,
+                strip_top + STRIP_H - bar_h,
+                bar_h,
                 INFLIGHT_COLOUR,
                 "%d in flight (%s - %s)" % (c, _clock(s), _clock(e)),
                 ' data-count="%d"' % c,

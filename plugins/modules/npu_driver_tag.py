@@ -223,27 +223,18 @@ kube_auth:
 
 import traceback
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-
 from ansible_collections.npuops.fleet.plugins.module_utils.driver.node_labels import LabelError
 from ansible_collections.npuops.fleet.plugins.module_utils.driver.tags import TagError, compute_tag, image_ref
 from ansible_collections.npuops.fleet.plugins.module_utils.driver.vendor_profiles import (
     PROFILE_ARG_SPEC,
-    ProfileError,
     resolve_profile,
 )
-from ansible_collections.npuops.fleet.plugins.module_utils.k8s.client import (
-    AUTH_ARG_SPEC,
-    HAS_KUBERNETES,
-    KUBERNETES_IMPORT_ERROR,
-    K8sAuthError,
-    get_api_client_and_source,
-)
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s.module import K8sModule
 
 
 def argument_spec():
-    spec = dict(AUTH_ARG_SPEC)
-    spec.update(PROFILE_ARG_SPEC)
+    """The module's own options; K8sModule adds the auth options."""
+    spec = dict(PROFILE_ARG_SPEC)
     spec.update(
         node={"type": "str"},
         labels={"type": "dict"},
@@ -260,50 +251,45 @@ def argument_spec():
     return spec
 
 
-def read_node(module: AnsibleModule, name: str) -> tuple[dict, dict, dict]:
+def read_node(module: K8sModule, name: str) -> tuple[dict, dict]:
     """GET the node (the collection's one node reader, with its transient-error retry):
-    ``(labels, status.nodeInfo, kube_auth)``; fails the task on any error."""
+    ``(labels, status.nodeInfo)``; fails the task on any error (with kube_auth once the client is built)."""
     from kubernetes import client as k8s
 
     from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.record import read_node as get_node
 
-    try:
-        api_client, kube_auth = get_api_client_and_source(module.params)
-    except K8sAuthError as exc:
-        module.fail_json(msg=str(exc))
+    api_client = module.client()
     try:
         data = get_node(k8s.CoreV1Api(api_client), name)
     except k8s.ApiException as exc:
         if exc.status == 404:
-            module.fail_json(msg="node %s not found" % name, node=name, kube_auth=kube_auth)
-        module.fail_json(msg="reading node %s failed (HTTP %s): %s" % (name, exc.status, exc.reason), node=name,
-                         kube_auth=kube_auth)
+            module.fail_json(msg="node %s not found" % name, node=name)
+        module.fail_json(msg="reading node %s failed (HTTP %s): %s" % (name, exc.status, exc.reason), node=name)
     except Exception as exc:
-        module.fail_json(msg="reading node %s failed: %s" % (name, exc), node=name, kube_auth=kube_auth,
-                         exception=traceback.format_exc())
+        module.fail_json(msg="reading node %s failed: %s" % (name, exc), node=name, exception=traceback.format_exc())
     labels = (data.get("metadata") or {}).get("labels") or {}
-    return labels, (data.get("status") or {}).get("nodeInfo") or {}, kube_auth
+    return labels, (data.get("status") or {}).get("nodeInfo") or {}
 
 
 def main():
-    module = AnsibleModule(
+    # labels given as options need no cluster, nor the kubernetes client: checked when O(node) is read
+    module = K8sModule(
         argument_spec=argument_spec(),
+        require_kubernetes=False,
         mutually_exclusive=[("node", "labels")],
         required_one_of=[("node", "labels")],
         supports_check_mode=True,
     )
+    module.run(lambda: run(module))
+
+
+def run(module):
     p = module.params
-    try:
-        profile = resolve_profile(p["vendor"], p["vendor_profile"], p["vendor_profiles"])
-    except ProfileError as exc:
-        module.fail_json(msg=str(exc))
-    extra: dict = {}  # kube_auth when the node was read from the cluster
+    # a ProfileError ends the task through the frame (K8sModule.run)
+    profile = resolve_profile(p["vendor"], p["vendor_profile"], p["vendor_profiles"])
     if p["node"]:
-        if not HAS_KUBERNETES:
-            module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
         name = p["node"]
-        labels, node_info, kube_auth = read_node(module, name)
-        extra["kube_auth"] = kube_auth
+        labels, node_info = read_node(module, name)
     else:
         name = p["node_name"] or ""
         labels = {str(k): ("" if v is None else str(v)) for k, v in p["labels"].items()}
@@ -321,9 +307,9 @@ def main():
             os_tag_rules=p["os_tag_rules"],
         )
     except LabelError as exc:
-        module.fail_json(msg=str(exc), node=name, missing_label=exc.key, **extra)
+        module.fail_error(exc, node=name, missing_label=exc.key)
     except TagError as exc:
-        module.fail_json(msg=str(exc), node=name, **extra)
+        module.fail_error(exc, node=name)
     if p["driver_branch"] and not p["driver_version"]:
         res["overrides"].setdefault("driver_branch", p["driver_branch"])
     for w in res["warnings"]:
@@ -339,7 +325,6 @@ def main():
         label_keys=res["label_keys"],
         overrides=res["overrides"],
         stale_labels=res["warnings"],
-        **extra,
     )
 
 

@@ -257,8 +257,6 @@ kube_auth:
 import time
 import traceback
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-
 from ansible_collections.npuops.fleet.plugins.module_utils.driver.matrix import (
     MatrixError,
     audit_node,
@@ -268,24 +266,17 @@ from ansible_collections.npuops.fleet.plugins.module_utils.driver.matrix import 
 )
 from ansible_collections.npuops.fleet.plugins.module_utils.driver.vendor_profiles import (
     PROFILE_ARG_SPEC,
-    ProfileError,
     resolve_profile,
 )
-from ansible_collections.npuops.fleet.plugins.module_utils.k8s.client import (
-    AUTH_ARG_SPEC,
-    HAS_KUBERNETES,
-    KUBERNETES_IMPORT_ERROR,
-    K8sAuthError,
-    get_api_client_and_source,
-)
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s.module import K8sModule
 from ansible_collections.npuops.fleet.plugins.module_utils.k8s.paged_list import list_nodes_raw
 
 MAX_WARNINGS = 20
 
 
 def argument_spec():
-    spec = dict(AUTH_ARG_SPEC)
-    spec.update(PROFILE_ARG_SPEC)
+    """The module's own options; K8sModule adds the auth options."""
+    spec = dict(PROFILE_ARG_SPEC)
     spec.update(
         matrix_file={"type": "path"},
         matrix={"type": "list", "elements": "dict"},
@@ -302,16 +293,14 @@ def argument_spec():
 
 
 class MatrixAudit:
-    def __init__(self, module: AnsibleModule):
+    def __init__(self, module: K8sModule):
         self.module = module
         self.params = module.params
 
     def run(self) -> None:
         p = self.params
-        try:
-            profile = resolve_profile(p["vendor"], p["vendor_profile"], p["vendor_profiles"])
-        except ProfileError as exc:
-            self.module.fail_json(msg=str(exc))
+        # a ProfileError ends the task through the frame (K8sModule.run)
+        profile = resolve_profile(p["vendor"], p["vendor_profile"], p["vendor_profiles"])
         uses_branch = bool(profile.get("tag_uses_branch", True))
         try:
             if p["matrix_file"]:
@@ -327,10 +316,7 @@ class MatrixAudit:
         if p["label_selector"]:
             selector += "," + p["label_selector"].strip()
         t0 = time.monotonic()
-        try:
-            api_client, kube_auth = get_api_client_and_source(p)
-        except K8sAuthError as exc:
-            self.module.fail_json(msg=str(exc))
+        api_client = self.module.client()
         try:
             items, requests = list_nodes_raw(api_client, selector, p["page_size"])
         except Exception as exc:  # ApiException, urllib3 errors: report with context
@@ -339,7 +325,6 @@ class MatrixAudit:
             self.module.fail_json(
                 msg="listing nodes with label selector %r failed%s: %s"
                 % (selector, " (HTTP %s)" % status if status else "", reason),
-                kube_auth=kube_auth,
                 exception=traceback.format_exc(),
             )
         planned_kernels = p["planned_kernels"] or {}
@@ -382,7 +367,6 @@ class MatrixAudit:
             matrix_entries=len(matrix),
             matrix_duplicates=matrix.duplicates,
             elapsed=elapsed,
-            kube_auth=kube_auth,
             **summary,
         )
         counts = summary["counts"]
@@ -406,15 +390,13 @@ class MatrixAudit:
 
 
 def main():
-    module = AnsibleModule(
+    module = K8sModule(
         argument_spec=argument_spec(),
         mutually_exclusive=[("matrix_file", "matrix")],
         required_one_of=[("matrix_file", "matrix")],
         supports_check_mode=True,
     )
-    if not HAS_KUBERNETES:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
-    MatrixAudit(module).run()
+    module.run(MatrixAudit(module).run)
 
 
 if __name__ == "__main__":

@@ -499,40 +499,20 @@ import re  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib  # noqa: E402
-
 from ansible_collections.npuops.fleet.plugins.module_utils.driver.vendor_profiles import (  # noqa: E402
     PROFILE_ARG_SPEC,
     ProfileError,
     resolve_profile,
 )
+from ansible_collections.npuops.fleet.plugins.module_utils.errors import FleetError  # noqa: E402
 from ansible_collections.npuops.fleet.plugins.module_utils.fleet.identity import FIELDS as IDENTITY_FIELDS  # noqa: E402
 from ansible_collections.npuops.fleet.plugins.module_utils.k8s import retry as k8s_retry  # noqa: E402
-from ansible_collections.npuops.fleet.plugins.module_utils.k8s.client import (  # noqa: E402
-    AUTH_ARG_SPEC,
-    HAS_KUBERNETES,
-    KUBERNETES_IMPORT_ERROR,
-    K8sAuthError,
-    get_api_client_and_source,
-)
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s.client import K8sAuthError  # noqa: E402
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s.module import K8sModule  # noqa: E402
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.policy import PolicyError, parse_policy  # noqa: E402
 
 
-def count_requests(api_client):
-    """Wrap the REST client's request() to count API requests by method (reported as api_requests)."""
-    counts = {}
-    rest = api_client.rest_client
-    original = rest.request
-
-    def counting(method, *args, **kwargs):
-        counts[method] = counts.get(method, 0) + 1
-        return original(method, *args, **kwargs)
-
-    rest.request = counting
-    return counts
-
-
-class InputError(Exception):
+class InputError(FleetError):
     """Bad module input; nothing was changed (the message says so)."""
 
 
@@ -557,8 +537,9 @@ def check_inputs(p):
     return policy, profile
 
 
-def new_upgrade(node_upgrade, api_client, p, profile, policy, check_mode):
-    """The NodeUpgrade of the options ``p`` (timeouts of 0 wait forever: None)."""
+def new_upgrade(node_upgrade, api_client, p, profile, policy, check_mode, keepalive=None):
+    """The NodeUpgrade of the options ``p`` (timeouts of 0 wait forever: None); ``keepalive``: the run
+    Lease's, called from its waits."""
 
     def secs(value):
         return None if not value else value
@@ -584,6 +565,7 @@ def new_upgrade(node_upgrade, api_client, p, profile, policy, check_mode):
         identity_fields=p["identity_fields"],
         drain_preview=p["drain_preview"],
         stop_file=p["stop_file"],
+        keepalive=keepalive,
     )
 
 
@@ -618,7 +600,7 @@ ENTRY_OPTIONS = (
 ENTRY_DEFAULTS = {"vendor": "nvidia", "failure_domain_label": "topology.kubernetes.io/zone"}
 
 
-def read_many(node_upgrade, upgrade_failed, api_client, p, check_mode):
+def read_many(node_upgrade, upgrade_failed, api_client, p, check_mode, keepalive=None):
     """O(nodes): each entry's status read (phase=status, no drain preview) with the entry's per-node
     options, by the entry's key. An entry that fails says so in its own result (failed, msg): bad input,
     ``upgrade_failed`` (the state machine's refusal), a node not found, or an API error after its
@@ -643,7 +625,7 @@ def read_many(node_upgrade, upgrade_failed, api_client, p, check_mode):
                         % (name, type(q[name]).__name__)
                     )
             policy, profile = check_inputs(q)
-            upgrade = new_upgrade(node_upgrade, api_client, q, profile, policy, check_mode)
+            upgrade = new_upgrade(node_upgrade, api_client, q, profile, policy, check_mode, keepalive)
             result = upgrade.run("status")
             result["failure_domain"] = failure_domain(upgrade, q)
             if upgrade.warnings:
@@ -729,16 +711,37 @@ def main():
             ),
         ),
     )
-    argument_spec.update(AUTH_ARG_SPEC)
     argument_spec.update(PROFILE_ARG_SPEC)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    if not HAS_KUBERNETES:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
+    module = K8sModule(argument_spec=argument_spec, supports_check_mode=True)
+    module.run(lambda: run(module))
 
+
+def keepalive_of(module, api_client):
+    """The run Lease's keepalive (O(run_lease), not in check mode), else None."""
+    p = module.params
+    if not p["run_lease"] or module.check_mode:
+        return None
+    from ansible_collections.npuops.fleet.plugins.module_utils.k8s.lease import LeaseManager, last_renewal
+    from ansible_collections.npuops.fleet.plugins.module_utils.window.run_lease import LeaseKeepalive
+
+    rl = p["run_lease"]
+    if rl["ttl"] < 1:
+        module.fail_json(msg="invalid input, nothing was changed: run_lease.ttl must be >= 1 second", node=p["node"])
+    # At most a third of the TTL: renewals a module made in its own waits are not known here, and a
+    # first transient error must not end a call that starts right after a long in-module wait.
+    # a phase boundary's renewal (npu_phase, its stamp) since the caller's counts too
+    renewed_at = last_renewal(rl.get("renewed_at"), rl.get("stamp"))
+    age = min(max(0.0, time.time() - renewed_at), rl["ttl"] / 3.0) if renewed_at else 0.0
+    return LeaseKeepalive(LeaseManager(api_client, rl["namespace"], rl["name"], budget=10),
+                          rl["holder"], rl["ttl"], renewed_age=age).tick
+
+
+def run(module):
     from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.node_upgrade import (
         NodeUpgrade,
         UpgradeConflict,
         UpgradeFailed,
+        lost_lease,
     )
 
     p = module.params
@@ -749,55 +752,39 @@ def main():
         # with nodes, each entry's own inputs are checked, and a bad one fails that entry only
         policy, profile = check_inputs(p) if p["nodes"] is None else (None, None)
     except InputError as exc:
-        module.fail_json(msg=str(exc), node=p["node"])
+        module.fail_error(exc, node=p["node"])
     try:
-        api_client, kube_auth = get_api_client_and_source(p)
+        api_client = module.client()
     except K8sAuthError as exc:
-        module.fail_json(msg=str(exc), node=p["node"])
-    counts = count_requests(api_client)
-    if p["run_lease"] and not module.check_mode:
-        from ansible_collections.npuops.fleet.plugins.module_utils.k8s import wait as k8s_wait
-        from ansible_collections.npuops.fleet.plugins.module_utils.k8s.lease import LeaseManager, last_renewal
-        from ansible_collections.npuops.fleet.plugins.module_utils.window.run_lease import LeaseKeepalive
-
-        rl = p["run_lease"]
-        if rl["ttl"] < 1:
-            module.fail_json(msg="invalid input, nothing was changed: run_lease.ttl must be >= 1 second",
-                             node=p["node"])
-        # At most a third of the TTL: renewals a module made in its own waits are not known here, and a
-        # first transient error must not end a call that starts right after a long in-module wait.
-        # a phase boundary's renewal (npu_phase, its stamp) since the caller's counts too
-        renewed_at = last_renewal(rl.get("renewed_at"), rl.get("stamp"))
-        age = min(max(0.0, time.time() - renewed_at), rl["ttl"] / 3.0) if renewed_at else 0.0
-        k8s_wait.add_heartbeat(LeaseKeepalive(LeaseManager(api_client, rl["namespace"], rl["name"], budget=10),
-                                              rl["holder"], rl["ttl"], renewed_age=age).tick)
+        module.fail_error(exc, node=p["node"])
+    counts = module.api_requests
+    keepalive = keepalive_of(module, api_client)
 
     if p["nodes"] is not None:
-        module.exit_json(changed=False, nodes=read_many(NodeUpgrade, UpgradeFailed, api_client, p, module.check_mode),
-                         api_requests=counts, kube_auth=kube_auth)
-    upgrade = new_upgrade(NodeUpgrade, api_client, p, profile, policy, module.check_mode)
+        module.exit_json(changed=False, api_requests=counts,
+                         nodes=read_many(NodeUpgrade, UpgradeFailed, api_client, p, module.check_mode, keepalive))
+    upgrade = new_upgrade(NodeUpgrade, api_client, p, profile, policy, module.check_mode, keepalive)
     try:
         result = upgrade.run(p["phase"], p["reason"])
     except UpgradeFailed as exc:
         if p["max_failures"] is not None and not module.check_mode:
             upgrade.record_failure("failure on %s (%s): %s" % (p["node"], p["phase"], exc), p["max_failures"])
-        result = dict(upgrade.result, api_requests=counts, changed=upgrade.changed, kube_auth=kube_auth)
+        result = dict(upgrade.result, api_requests=counts, changed=upgrade.changed)
         result["conflict"] = isinstance(exc, UpgradeConflict)
-        result["lease_lost"] = type(exc).__name__ == "LeaseLost"
+        result["lease_lost"] = lost_lease(exc)
         result["identity_mismatch"] = bool(result.get("identity")) and not result["identity"].get("same")
         result.pop("message", None)
         for warning in upgrade.warnings:
             module.warn(warning)
         module.fail_json(msg=str(exc), **result)
     except Exception as exc:  # noqa: BLE001 - API errors after retries, with context
-        result = dict(upgrade.result, api_requests=counts, changed=upgrade.changed, kube_auth=kube_auth)
+        result = dict(upgrade.result, api_requests=counts, changed=upgrade.changed)
         result.pop("message", None)
         module.fail_json(msg=api_error_message(exc, upgrade, p), exception=traceback.format_exc(), **result)
     for warning in upgrade.warnings:
         module.warn(warning)
     result["failure_domain"] = failure_domain(upgrade, p)
     result["api_requests"] = counts
-    result["kube_auth"] = kube_auth
     module.exit_json(**result)
 
 

@@ -181,15 +181,6 @@ kube_auth:
 
 import traceback
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-
-from ansible_collections.npuops.fleet.plugins.module_utils.k8s.client import (
-    AUTH_ARG_SPEC,
-    HAS_KUBERNETES,
-    KUBERNETES_IMPORT_ERROR,
-    K8sAuthError,
-    get_api_client_and_source,
-)
 from ansible_collections.npuops.fleet.plugins.module_utils.k8s.lease import (
     DEFAULT_NAME,
     DEFAULT_NAMESPACE,
@@ -199,11 +190,12 @@ from ansible_collections.npuops.fleet.plugins.module_utils.k8s.lease import (
     lease_state,
     now_utc,
 )
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s.module import K8sModule
 
 
 def argument_spec():
-    spec = dict(AUTH_ARG_SPEC)
-    spec.update(
+    """The module's own options; K8sModule adds the auth options."""
+    return dict(
         name={"type": "str", "default": DEFAULT_NAME},
         namespace={"type": "str", "default": DEFAULT_NAMESPACE},
         holder={"type": "str", "required": True},
@@ -212,13 +204,14 @@ def argument_spec():
         take_over={"type": "str"},
         renew_only={"type": "bool", "default": False},
     )
-    return spec
 
 
 def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    if not HAS_KUBERNETES:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
+    module = K8sModule(argument_spec=argument_spec(), supports_check_mode=True)
+    module.run(lambda: run(module))
+
+
+def run(module):
     p = module.params
     holder = (p["holder"] or "").strip()
     if not holder:
@@ -226,10 +219,7 @@ def main():
     if p["ttl"] < 1:
         module.fail_json(msg="ttl must be >= 1 second, got %d" % p["ttl"])
     where = "%s/%s" % (p["namespace"], p["name"])
-    try:
-        api_client, kube_auth = get_api_client_and_source(p)
-    except K8sAuthError as exc:
-        module.fail_json(msg=str(exc))
+    api_client = module.client()
     try:
         mgr = LeaseManager(api_client, p["namespace"], p["name"],
                            labels={"app.kubernetes.io/managed-by": "npuops.fleet"})
@@ -242,17 +232,16 @@ def main():
         st = lease_state(exc.lease, now_utc()) if exc.lease else {}
         module.fail_json(msg=str(exc), changed=False, operation="lost", lease_lost=True, acquired=False,
                          taken_over=False, previous_holder=st.get("holder", ""), holder=st.get("holder", ""),
-                         lease=exc.lease or None, kube_auth=kube_auth)
+                         lease=exc.lease or None)
     except LeaseHeldError as exc:
         st = lease_state(exc.lease, now_utc())
         module.fail_json(msg=str(exc), changed=False, operation="refuse", acquired=False, taken_over=False,
                          previous_holder=st["holder"], holder=st["holder"], acquire_time=st["acquire_time"],
-                         renew_time=st["renew_time"], expires=st["expires"], lease=exc.lease, kube_auth=kube_auth)
+                         renew_time=st["renew_time"], expires=st["expires"], lease=exc.lease)
     except Exception as exc:
         status = getattr(exc, "status", None)
         module.fail_json(
             msg="lease %s: %s%s" % (where, "HTTP %s " % status if status else "", getattr(exc, "reason", None) or exc),
-            kube_auth=kube_auth,
             exception=traceback.format_exc(),
         )
     previous = res.get("previous") or {}
@@ -267,7 +256,6 @@ def main():
         previous_holder=previous.get("holder", ""),
         holder=st.get("holder", "") if p["state"] == "present" or action == "not_ours" else "",
         lease=lease,
-        kube_auth=kube_auth,
     )
     if lease and p["state"] == "present":
         result.update(acquire_time=st["acquire_time"], renew_time=st["renew_time"], expires=st["expires"])

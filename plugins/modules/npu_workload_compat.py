@@ -177,27 +177,17 @@ kube_auth:
 import time
 import traceback
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-
 from ansible_collections.npuops.fleet.plugins.module_utils.driver.vendor_profiles import (
     PROFILE_ARG_SPEC,
-    ProfileError,
     resolve_profile,
 )
 from ansible_collections.npuops.fleet.plugins.module_utils.fleet.workload_compat import (
-    ChangeError,
     collect_workloads,
     evaluate,
     refusal,
     summary_lines,
 )
-from ansible_collections.npuops.fleet.plugins.module_utils.k8s.client import (
-    AUTH_ARG_SPEC,
-    HAS_KUBERNETES,
-    KUBERNETES_IMPORT_ERROR,
-    K8sAuthError,
-    get_api_client_and_source,
-)
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s.module import K8sModule
 from ansible_collections.npuops.fleet.plugins.module_utils.k8s.paged_list import list_all
 
 CHANGE_SPEC = dict(
@@ -211,8 +201,8 @@ CHANGE_SPEC = dict(
 
 
 def argument_spec():
-    spec = dict(AUTH_ARG_SPEC)
-    spec.update(PROFILE_ARG_SPEC)
+    """The module's own options; K8sModule adds the auth options."""
+    spec = dict(PROFILE_ARG_SPEC)
     spec.update(
         changes=dict(type="list", elements="dict", required=True, options=CHANGE_SPEC),
         namespaces=dict(type="list", elements="str"),
@@ -223,7 +213,7 @@ def argument_spec():
 
 
 class WorkloadCompat:
-    def __init__(self, module: AnsibleModule):
+    def __init__(self, module: K8sModule):
         self.module = module
         self.params = module.params
 
@@ -250,13 +240,11 @@ class WorkloadCompat:
         p = self.params
         res = {}
         for v in sorted(set(vendors)):
-            try:
-                res[v] = resolve_profile(v, p["vendor_profile"] if v == p["vendor"] else None, p["vendor_profiles"])
-            except ProfileError as exc:
-                self.module.fail_json(msg=str(exc))
+            # a ProfileError ends the task through the frame (K8sModule.run)
+            res[v] = resolve_profile(v, p["vendor_profile"] if v == p["vendor"] else None, p["vendor_profiles"])
         return res
 
-    def list_kind(self, api_client, what, kube_auth):
+    def list_kind(self, api_client, what):
         from kubernetes import client as k8s
 
         core, apps, batch = k8s.CoreV1Api(api_client), k8s.AppsV1Api(api_client), k8s.BatchV1Api(api_client)
@@ -285,7 +273,6 @@ class WorkloadCompat:
             self.module.fail_json(
                 msg="listing %s failed%s: %s"
                 % (what, " (HTTP %s)" % status if status else "", getattr(exc, "reason", None) or exc),
-                kube_auth=kube_auth,
                 exception=traceback.format_exc(),
             )
 
@@ -295,22 +282,17 @@ class WorkloadCompat:
             self.module.fail_json(msg="page_size must be >= 1, got %d" % p["page_size"])
         changes = self.changes()
         profiles = self.profiles(c["vendor"] for c in changes.values())
-        try:
-            api_client, kube_auth = get_api_client_and_source(p)
-        except K8sAuthError as exc:
-            self.module.fail_json(msg=str(exc))
+        api_client = self.module.client()
         t0 = time.monotonic()
         got, requests = {}, 0
         for what in ("nodes", "pods", "deployments", "replicasets", "statefulsets", "jobs", "cronjobs"):
-            got[what], n = self.list_kind(api_client, what, kube_auth)
+            got[what], n = self.list_kind(api_client, what)
             requests += n
         workloads = collect_workloads(
             got["pods"], got["deployments"], got["statefulsets"], got["jobs"], got["replicasets"], got["cronjobs"]
         )
-        try:
-            report = evaluate(got["nodes"], changes, workloads, profiles)
-        except ChangeError as exc:
-            self.module.fail_json(msg=str(exc), kube_auth=kube_auth)
+        # a ChangeError ends the task through the frame, with kube_auth
+        report = evaluate(got["nodes"], changes, workloads, profiles)
         lines = summary_lines(report)
         report["refusal"] = refusal(report)
         result = dict(
@@ -318,7 +300,6 @@ class WorkloadCompat:
             lines=lines,
             api_requests=requests,
             elapsed=round(time.monotonic() - t0, 3),
-            kube_auth=kube_auth,
             **report,
         )
         if p["fail_on_stranded"] and result["refusal"]:
@@ -333,10 +314,8 @@ class WorkloadCompat:
 
 
 def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    if not HAS_KUBERNETES:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
-    WorkloadCompat(module).run()
+    module = K8sModule(argument_spec=argument_spec(), supports_check_mode=True)
+    module.run(WorkloadCompat(module).run)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from __future__ import annotations
 import calendar
 import re
 from collections.abc import Mapping
-from typing import Any, Optional
+from typing import Any, Optional, TypedDict
 
 # The role's phases, in the order a host goes through them.
 PHASES = ("preflight", "prepare", "install", "reload", "reboot", "verify", "finish")
@@ -62,14 +62,24 @@ def phase_spans(host: Any) -> list[tuple[str, float, float]]:
     return [(name, start, end) for start, _order, name, end in out]
 
 
-def longest_host(summary: Any) -> Optional[dict]:
+class LongestHost(TypedDict):
+    """What :func:`longest_host` says of one host."""
+
+    host: str
+    span_s: float
+    waited_s: float
+    phase: str
+    phase_s: float
+
+
+def longest_host(summary: Any) -> Optional[LongestHost]:
     """The host whose window took longest on the wall clock, from its preflight's start to its last
     phase's end - its waits for a lane or a batch included, which its phases' sum leaves out -, and why:
     ``{"host", "span_s", "waited_s" (the gaps between its phases), "phase", "phase_s"}`` with the
     longest phase after the preflight (the preflight runs for every host at once; it is named only for a
     host that had no other phase). None when no host has a timed phase. Ties go to the host that waited
     less, then by name."""
-    best = None
+    best: Optional[LongestHost] = None
     for host in (summary or {}).get("hosts") or []:
         spans = phase_spans(host)
         if not spans:
@@ -78,8 +88,8 @@ def longest_host(summary: Any) -> Optional[dict]:
         waited = sum(max(0.0, b[1] - a[2]) for a, b in zip(spans, spans[1:]))
         work = [s for s in spans if s[0] != "preflight"] or spans
         top = max(work, key=lambda s: (s[2] - s[1], -PHASES.index(s[0]) if s[0] in PHASES else 0))
-        row = {"host": str(host.get("host")), "span_s": round(span, 1), "waited_s": round(waited, 1),
-               "phase": top[0], "phase_s": round(top[2] - top[1], 1)}
+        row: LongestHost = {"host": str(host.get("host")), "span_s": round(span, 1), "waited_s": round(waited, 1),
+                            "phase": top[0], "phase_s": round(top[2] - top[1], 1)}
         key = (row["span_s"], -row["waited_s"], row["host"])
         if best is None or key > (best["span_s"], -best["waited_s"], best["host"]):
             best = row

@@ -30,6 +30,7 @@ from kubernetes import client
 from labhelpers import create_kwok_nodes, delete_nodes, driver_labels, wait
 
 from ansible_collections.npuops.fleet.plugins.module_utils.k8s import retry as k8s_retry
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import states as sm
 
 pytestmark = pytest.mark.lab
 
@@ -226,7 +227,7 @@ def test_drain_waiting_on_a_pdb_survives_an_apiserver_restart(
         call.start()
         wait(
             "node in drain-required",
-            lambda: core_v1.read_node(node).metadata.labels.get(STATE) == "drain-required",
+            lambda: core_v1.read_node(node).metadata.labels.get(STATE) == sm.DRAIN_REQUIRED,
             timeout=120,
         )
         time.sleep(3)  # the drain is now retrying the PDB's 429s
@@ -240,17 +241,17 @@ def test_drain_waiting_on_a_pdb_survives_an_apiserver_restart(
         call.join(timeout=300)
         res = out["res"]
         assert not res.get("failed"), res.get("msg")
-        assert res["state"] == "pod-restart-required", res
+        assert res["state"] == sm.POD_RESTART_REQUIRED, res
         assert res["evicted"] == ["%s/%s" % (NS, pod.metadata.name)], res["evicted"]
         # the original pod is gone (evicted once; its replacement is Pending on the cordoned node)
         left = core_v1.list_namespaced_pod(NS, label_selector="app=" + app).items
         assert pod.metadata.uid not in [p.metadata.uid for p in left]
         # every transition written once, by this one run
         tos = [t["to"] for t in res["transitions"]]
-        assert len(tos) == len(set(tos)) and tos[-1] == "pod-restart-required", tos
+        assert len(tos) == len(set(tos)) and tos[-1] == sm.POD_RESTART_REQUIRED, tos
         n = core_v1.read_node(node)
         last = json.loads(n.metadata.annotations[LAST])
-        assert last["to"] == "pod-restart-required" and last.get("run")
+        assert last["to"] == sm.POD_RESTART_REQUIRED and last.get("run")
         assert n.spec.unschedulable
         seen = state_events(core_v1, node)
         assert len(seen) == len(set(seen)), seen
@@ -265,7 +266,7 @@ def test_finish_with_the_apiserver_down_at_its_start(core_v1, kubeconfig, outage
     node = outage_node
     res = upgrade(kubeconfig, node, "prepare", target_version="550.90.07", policy={"maxUnavailable": "100%"})
     assert not res.get("failed"), res.get("msg")
-    assert res["state"] == "pod-restart-required"
+    assert res["state"] == sm.POD_RESTART_REQUIRED
     assert core_v1.read_node(node).spec.unschedulable
     # the host work: the new driver's labels
     core_v1.patch_node(node, {"metadata": {"labels": driver_labels("550.90.07")}})
@@ -277,12 +278,12 @@ def test_finish_with_the_apiserver_down_at_its_start(core_v1, kubeconfig, outage
     elapsed = time.monotonic() - t0
     timing = restart.join()
     assert not res.get("failed"), res.get("msg")
-    assert res["state"] == "upgrade-done", res
+    assert res["state"] == sm.UPGRADE_DONE, res
     n = patient(core_v1.read_node, node)
-    assert n.metadata.labels[STATE] == "upgrade-done" and not n.spec.unschedulable
+    assert n.metadata.labels[STATE] == sm.UPGRADE_DONE and not n.spec.unschedulable
     tos = [t["to"] for t in res["transitions"]]
-    assert tos == ["validation-required", "uncordon-required", "upgrade-done"], tos
-    assert json.loads(n.metadata.annotations[LAST])["to"] == "upgrade-done"
+    assert tos == [sm.VALIDATION_REQUIRED, sm.UNCORDON_REQUIRED, sm.UPGRADE_DONE], tos
+    assert json.loads(n.metadata.annotations[LAST])["to"] == sm.UPGRADE_DONE
     # it really ran into the outage: the port refused connections as the call began (an event, not a duration)
     assert down_at_start
     print("finish across the restart: %.1fs; %s" % (elapsed, timing), file=sys.stderr)

@@ -22,13 +22,14 @@ from typing import Any, Iterable, Mapping, Optional
 
 from ansible_collections.npuops.fleet.plugins.module_utils.driver.node_labels import LabelError, driver_branch
 from ansible_collections.npuops.fleet.plugins.module_utils.driver.tags import PART_RE, TagError, compute_tag
+from ansible_collections.npuops.fleet.plugins.module_utils.errors import FleetError
 
 DRIVER_COLUMNS = ("driver_branch", "driver_version")
 REQUIRED_COLUMNS = ("kernel", "os_tag")
 STATUSES = ("OK", "MISSING", "UNLABELED", "SKIPPED")
 
 
-class MatrixError(ValueError):
+class MatrixError(ValueError, FleetError):
     """Malformed matrix; the message starts with ``<source>:<line>:`` where a line is known."""
 
 

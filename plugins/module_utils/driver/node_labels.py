@@ -16,6 +16,7 @@ import re
 from typing import Any, Mapping, Optional
 
 from ansible_collections.npuops.fleet.plugins.module_utils.driver.os_tags import os_image_matches
+from ansible_collections.npuops.fleet.plugins.module_utils.errors import FleetError
 
 # Node Feature Discovery label keys (the same for every vendor).
 KERNEL_LABEL = "feature.node.kubernetes.io/kernel-version.full"
@@ -24,7 +25,7 @@ OS_VERSION_LABEL = "feature.node.kubernetes.io/system-os_release.VERSION_ID"
 FACT_LABELS = {"kernel": KERNEL_LABEL, "os_id": OS_ID_LABEL, "os_version_id": OS_VERSION_LABEL}
 
 
-class LabelError(ValueError):
+class LabelError(ValueError, FleetError):
     """A label needed for a fact is missing or empty; ``key`` is the label key."""
 
     def __init__(self, node: str, key: str, why: str = "missing"):

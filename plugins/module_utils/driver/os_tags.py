@@ -45,6 +45,8 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Optional
 
+from ansible_collections.npuops.fleet.plugins.module_utils.errors import FleetError
+
 # id -> {pattern: regex on VERSION_ID with named groups, format: tag template over those groups and
 # {version} (the whole VERSION_ID), names: osImage words, expect: the accepted shape in words}
 OS_TAG_RULES: dict[str, dict[str, Any]] = {
@@ -105,7 +107,7 @@ OS_TAG_RULES: dict[str, dict[str, Any]] = {
 }
 
 
-class OsTagError(ValueError):
+class OsTagError(ValueError, FleetError):
     """The OS is not supported or its VERSION_ID does not have the expected shape."""
 
 

@@ -24,13 +24,14 @@ from ansible_collections.npuops.fleet.plugins.module_utils.driver.node_labels im
     stale_label_warnings,
 )
 from ansible_collections.npuops.fleet.plugins.module_utils.driver.os_tags import OsTagError, os_tag
+from ansible_collections.npuops.fleet.plugins.module_utils.errors import FleetError
 
 TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 PART_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
 KNOWN_FIELDS = ("branch", "version", "kernel", "os_tag")
 
 
-class TagError(ValueError):
+class TagError(ValueError, FleetError):
     """A tag cannot be built (bad part, unsupported OS, bad format); message names node and why."""
 
 

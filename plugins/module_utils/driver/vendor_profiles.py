@@ -17,6 +17,8 @@ import copy
 import re
 from typing import Any, Mapping, Optional
 
+from ansible_collections.npuops.fleet.plugins.module_utils.errors import FleetError
+
 # Ubuntu's packaging of the driver under its non-server names, as NVIDIA's CUDA repository (up to 580) and
 # Ubuntu's own archive name it: what the driver meta and the DKMS package need beside them, at one version.
 _UBUNTU_CLOSURE = [
@@ -380,7 +382,7 @@ _OPTIONAL_TYPES: dict[str, type] = {
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
-class ProfileError(ValueError):
+class ProfileError(ValueError, FleetError):
     """An unknown vendor or an invalid profile field (message names vendor and key)."""
 
 
@@ -516,8 +518,9 @@ def _validate_device_keys(vendor: str, profile: Mapping[str, Any]) -> None:
             )
 
 
-# The label selector forms the drain's matcher accepts (eviction_rules.matches_selector), checked here
-# without importing it: this module is in the host-side scripts' import closure, eviction_rules is not.
+# The label selector terms k8s/selectors.py parses (its grammar), checked here without importing it:
+# the driver layer may not import k8s/ (this module is in the host-side scripts' import closure).
+# test_selectors.py holds this pattern to the parser's language.
 _SELECTOR_TERM = re.compile(
     r"^\s*(?:[A-Za-z0-9./_-]+\s+(?:in|notin)\s*\([^()]*\)|[A-Za-z0-9./_-]+\s*(?:==|=|!=)\s*[A-Za-z0-9._-]*"
     r"|!?\s*[A-Za-z0-9./_-]+)\s*$"

@@ -38,47 +38,13 @@ LIST with ``_preload_content=False`` returns them.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, Iterable, Mapping, Optional
 
-OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+# One requirement ({key, operator, values}) is evaluated where every label selector is: k8s/selectors.py.
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s.selectors import requirement_matches
+
 UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 _FILTERING_EFFECTS = ("NoSchedule", "NoExecute")
-_INT64 = re.compile(r"^[+-]?[0-9]+\Z")
-_INT64_MAX = 2**63 - 1
-
-
-def _int64(value: Any) -> Optional[int]:
-    """strconv.ParseInt(value, 10, 64), or None where it would fail."""
-    if not isinstance(value, str) or not _INT64.match(value):
-        return None
-    n = int(value)
-    return n if -_INT64_MAX - 1 <= n <= _INT64_MAX else None
-
-
-def requirement_matches(labels: Mapping[str, str], req: Mapping[str, Any]) -> Optional[bool]:
-    """True/False for one ``{key, operator, values}`` against ``labels``; None when it is malformed."""
-    key, op, values = req.get("key"), req.get("operator"), list(req.get("values") or [])
-    if not key or op not in OPERATORS:
-        return None
-    present = key in labels
-    if op == "In":
-        return present and labels[key] in values if values else None
-    if op == "NotIn":
-        return (not present or labels[key] not in values) if values else None
-    if op == "Exists":
-        return present if not values else None
-    if op == "DoesNotExist":
-        return (not present) if not values else None
-    # Gt / Lt
-    if len(values) != 1 or _int64(values[0]) is None:
-        return None
-    if not present:
-        return False
-    have = _int64(labels[key])
-    if have is None:
-        return False
-    return have > _int64(values[0]) if op == "Gt" else have < _int64(values[0])
 
 
 def field_matches(name: str, req: Mapping[str, Any]) -> Optional[bool]:

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional, cast
 
 from ansible_collections.npuops.fleet.plugins.module_utils.driver.node_labels import FACT_LABELS
+from ansible_collections.npuops.fleet.plugins.module_utils.errors import FleetError
 from ansible_collections.npuops.fleet.plugins.module_utils.fleet.node_affinity import (
     UNSCHEDULABLE_TAINT,
     NodeConstraints,
@@ -65,7 +66,7 @@ _JOB_DONE = ("Complete", "Failed", "FailureTarget", "SuccessCriteriaMet")
 NAMES_SHOWN = 20  # node and pod names listed per workload; the counts are always complete
 
 
-class ChangeError(ValueError):
+class ChangeError(ValueError, FleetError):
     """A planned change that cannot be applied (names the node and the key)."""
 
 
@@ -230,7 +231,7 @@ def collect_workloads(
         job_spec = (spec.get("jobTemplate") or {}).get("spec") or {}
         runs = 0 if spec.get("suspend") else int(job_spec.get("parallelism", 1))
         add("CronJob", obj, runs, (job_spec.get("template") or {}).get("spec"))
-    rs_owner: dict[str, Optional[tuple]] = {}
+    rs_owner: dict[Optional[str], Optional[tuple]] = {}  # a ReplicaSet without a uid goes by None
     for rs in replicasets:
         ref = _controller(rs)
         uid = _meta(rs).get("uid")
@@ -316,7 +317,8 @@ class _Fleet:
             nodes = self.index.get(kv, set())
             bound = set(nodes) if bound is None else bound & nodes
         if c.terms is not None:
-            union: Optional[set[str]] = set()
+            union: set[str] = set()
+            unbounded = False  # a term with no In requirement: any node may match it
             for term in c.terms:
                 t: Optional[set[str]] = None
                 for r in term.get("matchExpressions") or []:
@@ -328,10 +330,10 @@ class _Fleet:
                         nodes = {v for v in r.get("values") or [] if v in self.labels}
                         t = nodes if t is None else t & nodes
                 if t is None:
-                    union = None
+                    unbounded = True
                     break
                 union |= t
-            if union is not None:
+            if not unbounded:
                 bound = union if bound is None else bound & union
         return bound
 
@@ -416,7 +418,7 @@ def evaluate(
     taints_now: dict[str, tuple] = {}
     taints_after: dict[str, tuple] = {}
     for node in nodes:
-        name = _meta(node).get("name")
+        name = cast(str, _meta(node).get("name"))  # the API server names every Node
         now[name] = _node_labels(node)
         spec = node.get("spec") or {}
         taints = [{k: t.get(k) or "" for k in ("key", "value", "effect")} for t in spec.get("taints") or []]
@@ -449,7 +451,7 @@ def evaluate(
     pods_unfit_total = 0
     for w in workloads:
         specs = [p.get("spec") for p in w.get("pods") or []] if w.get("by_pods") else [w.get("spec")]
-        constraints = {}
+        constraints: dict[str, NodeConstraints] = {}
         for spec in specs or [None]:
             c = NodeConstraints(spec)
             constraints.setdefault(c.signature(), c)
@@ -461,13 +463,13 @@ def evaluate(
                 results.append(judged[sig])
         unfit = []
         for pod in w.get("pods") or []:
-            node = (pod.get("spec") or {}).get("nodeName")
-            if node in changes:
+            node_name = (pod.get("spec") or {}).get("nodeName")
+            if node_name is not None and node_name in changes:
                 pc = NodeConstraints(pod.get("spec"))
                 # fits there now and not after: a pod that already does not match (labels changed
                 # under it, IgnoredDuringExecution) is not the change's doing
-                if not pc.empty and f_now.fits(pc, node) and not f_after.fits(pc, node):
-                    unfit.append({"pod": _meta(pod).get("name"), "node": node})
+                if not pc.empty and f_now.fits(pc, node_name) and not f_after.fits(pc, node_name):
+                    unfit.append({"pod": _meta(pod).get("name"), "node": node_name})
         if not results:
             counts["unconstrained"] += 1
             if not unfit:

@@ -21,7 +21,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Mapping, Optional, TypedDict
 
 from ansible_collections.npuops.fleet.plugins.module_utils.driver.version import normalize_version
 from ansible_collections.npuops.fleet.plugins.module_utils.host import dkms
@@ -357,7 +357,7 @@ def parse_dpkg_actions(text: str) -> list[dict[str, Any]]:
 
 # ---------------------------------------------------------------- one install transaction, judged
 def install_outcome(
-    rc: int, stdout: str, stderr: str, targets: dict[str, str], installed: dict[str, Optional[str]]
+    rc: int, stdout: str, stderr: str, targets: Mapping[str, str], installed: Mapping[str, Optional[str]]
 ) -> dict[str, Any]:
     """Judge an ``apt-get install name=version ...`` run: apt's exit code is not enough.
 
@@ -408,14 +408,28 @@ _SIM_INST_RE = re.compile(r"^Inst (?P<name>\S+)(?: \[(?P<old>[^\]]+)\])? \((?P<n
 _SIM_REMV_RE = re.compile(r"^(?:Remv|Purg) (?P<name>\S+)(?: \[(?P<old>[^\]]+)\])?")
 
 
-def simulated_transaction(text: str) -> dict[str, list[dict[str, Optional[str]]]]:
+# the functional form: "from" is a keyword
+SimulatedInstall = TypedDict("SimulatedInstall", {"name": str, "from": Optional[str], "to": str})
+
+
+class SimulatedRemoval(TypedDict):
+    name: str
+    version: Optional[str]
+
+
+class SimulatedTransaction(TypedDict):
+    install: list[SimulatedInstall]
+    remove: list[SimulatedRemoval]
+
+
+def simulated_transaction(text: str) -> SimulatedTransaction:
     """What ``apt-get --simulate install ...`` says it would do, from its ``Inst`` / ``Remv`` lines.
 
     ``Inst name [old] (new release [arch])`` is an upgrade or downgrade from ``old`` (no ``[old]``: a
     new package); ``Remv name [old]`` (``Purg`` with --purge) a removal. Returns ``{"install": [{"name",
     "from", "to"}...], "remove": [{"name", "version"}...]}`` in apt's order; ``Conf`` lines repeat the
     installs and are ignored."""
-    out: dict[str, list[dict[str, Optional[str]]]] = {"install": [], "remove": []}
+    out: SimulatedTransaction = {"install": [], "remove": []}
     for line in (text or "").splitlines():
         m = _SIM_INST_RE.match(line)
         if m:
@@ -518,9 +532,17 @@ _DEP_NAME_RE = re.compile(
 )
 
 
+class DependsAlternative(TypedDict):
+    """One alternative of a relation in :func:`parse_show_depends`."""
+
+    name: str
+    rel: Optional[str]
+    version: Optional[str]
+
+
 def parse_show_depends(
     text: str, fields: Iterable[str] = ("Pre-Depends", "Depends", "Recommends")
-) -> dict[tuple[str, str], list[list[dict[str, Optional[str]]]]]:
+) -> dict[tuple[str, str], list[list[DependsAlternative]]]:
     """``apt-cache show name=version ...`` -> ``{(name, version): [alternatives...]}``: each stanza's
     ``fields`` (apt-get installs a new package's Recommends too), one list per comma-separated relation,
     each alternative (``|``) as ``{"name", "rel", "version"}`` (``rel`` ``>=``, ``=``... or None), the
@@ -530,23 +552,23 @@ def parse_show_depends(
         -> {("cuda-drivers", "590.48.01-1"): [[{"name": "nvidia-driver-open", "rel": ">=", "version": "590.48.01"},
                                                {"name": "nvidia-driver", "rel": None, "version": None}]]}
     """
-    res: dict[tuple[str, str], list[list[dict[str, Optional[str]]]]] = {}
+    res: dict[tuple[str, str], list[list[DependsAlternative]]] = {}
     wanted = list(fields)
     for stanza in re.split(r"\n\s*\n", text or ""):
-        fields: dict[str, str] = {}
+        stanza_fields: dict[str, str] = {}
         key = None
         for line in stanza.splitlines():
             if line[:1] in (" ", "\t") and key:
-                fields[key] += " " + line.strip()
+                stanza_fields[key] += " " + line.strip()
             elif ":" in line:
                 key, _sep, value = line.partition(":")
-                fields[key.strip()] = value.strip()
-        if not fields.get("Package") or not fields.get("Version"):
+                stanza_fields[key.strip()] = value.strip()
+        if not stanza_fields.get("Package") or not stanza_fields.get("Version"):
             continue
         rels = []
         for field in wanted:
-            for relation in filter(None, (r.strip() for r in fields.get(field, "").split(","))):
-                alts = []
+            for relation in filter(None, (r.strip() for r in stanza_fields.get(field, "").split(","))):
+                alts: list[DependsAlternative] = []
                 for alt in relation.split("|"):
                     m = _DEP_NAME_RE.match(alt)
                     if m:
@@ -554,5 +576,5 @@ def parse_show_depends(
                                      "version": (m.group("ver") or "").strip() or None})
                 if alts:
                     rels.append(alts)
-        res[(fields["Package"], fields["Version"])] = rels
+        res[(stanza_fields["Package"], stanza_fields["Version"])] = rels
     return res

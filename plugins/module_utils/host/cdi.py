@@ -32,10 +32,12 @@ import os
 import re
 from typing import Any, Callable, Iterable, Optional
 
+from ansible_collections.npuops.fleet.plugins.module_utils.errors import FleetError
+
 try:
     import yaml  # python3-yaml; not on every host
 except ImportError:  # pragma: no cover - exercised through the fallback test
-    yaml = None
+    yaml = None  # type: ignore[assignment]  # None: no PyYAML here, load() falls back to its own reader
 
 DEFAULT_DIRS = ("/etc/cdi", "/var/run/cdi")
 REFRESH_OUTPUT = "/var/run/cdi/nvidia.yaml"  # nvidia-cdi-refresh.service's NVIDIA_CTK_CDI_OUTPUT_FILE_PATH
@@ -47,7 +49,7 @@ _HOOKPATH = re.compile(r"""^\s*(?:-\s*)?hookName:.*\n\s*path:\s*["']?([^\s"']+)"
 _NODEPATH = re.compile(r"""^\s*-\s*path:\s*["']?(/dev/[^\s"']+)""", re.M)
 
 
-class SpecError(Exception):
+class SpecError(FleetError):
     """A spec file that cannot be read or parsed; the message names the file."""
 
 
@@ -118,7 +120,7 @@ def find_specs(dirs: Iterable[str], read: Callable[[str], str]) -> list[dict[str
     ``nvidia*`` that does not parse is listed with its ``error`` and no kind (it may be the host's own: it
     is not skipped silently). ``owned``: :func:`owned`."""
     seen: set[str] = set()
-    out = []
+    out: list[dict[str, Any]] = []
     for d in dirs:
         try:
             names = sorted(os.listdir(d))

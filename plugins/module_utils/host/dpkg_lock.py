@@ -103,7 +103,7 @@ def parse_lock_message(text: str) -> Optional[dict[str, Any]]:
     is named; None when the text is not about a held dpkg/apt lock."""
     entries = parse_lock_messages(text)
     with_pid = [e for e in entries if e["pid"] is not None]
-    return (with_pid or entries or [None])[0]
+    return (with_pid or entries)[0] if entries else None
 
 
 def parse_proc_locks(text: str) -> list[dict[str, Any]]:

@@ -246,7 +246,7 @@ class Facts:
     # kernel modules: {name: {"holders": [...], "refcnt": int or None}} of every loaded module; built-in
     # ones (no holders directory) are left out: they cannot be unloaded
     def sys_modules(self, root="/sys/module"):
-        res = {}
+        res: dict[str, dict[str, Any]] = {}
         try:
             names = os.listdir(root)
         except OSError:
@@ -596,6 +596,8 @@ def gather(runner: Runner, profile: Mapping[str, Any], params: Mapping[str, Any]
         )
     fm = None
     if is_nvidia:
+        ref: Optional[str]
+        ref_source: Optional[str]
         if user_pkg:
             ref, ref_source = user_pkg["version"], "dpkg:%s" % user_pkg["name"]
         elif userspace:

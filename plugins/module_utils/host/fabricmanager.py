@@ -29,7 +29,9 @@ def exact_same(a: Optional[str], b: Optional[str]) -> bool:
     """The collection's version rule without its major.minor prefix allowance: the same number of
     components too (``550.120`` is not ``550.120.05``); epoch, Debian revision and leading zeros ignored."""
     na, nb = normalize_version(a), normalize_version(b)
-    return bool(na and nb) and len(na.split(".")) == len(nb.split(".")) and same_driver_version(na, nb)
+    if not na or not nb:
+        return False
+    return len(na.split(".")) == len(nb.split(".")) and same_driver_version(na, nb)
 
 
 def fabricmanager_facts(

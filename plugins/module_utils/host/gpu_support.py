@@ -35,7 +35,7 @@ import os
 import subprocess
 import tarfile
 import threading
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from ansible_collections.npuops.fleet.plugins.module_utils.driver.vendor_profiles import MODULE_FLAVOURS
 
@@ -136,7 +136,7 @@ def table_from_debs(debs: Iterable[str], members: Iterable[str], dpkg_deb: str =
         finally:
             if found is not None or broken is not None or oversize is not None:
                 proc.kill()  # stopped reading early: the rest of the package is not wanted
-            else:
+            elif proc.stdout is not None:  # always: stdout=PIPE
                 proc.stdout.read()  # dpkg-deb writes the archive's padding after its end marker
             err_text = proc.communicate()[1].decode("utf-8", "replace").strip()
             timer.cancel()
@@ -207,7 +207,7 @@ def flavours_for(chip: Mapping[str, Any], marked: bool = True) -> list[str]:
     return ["open", "proprietary"] if "gsp_proprietary_supported" in feats or not marked else ["open"]
 
 
-def judge(gpus: Iterable[Mapping[str, str]], chips: list[Mapping[str, Any]], modules: str) -> dict[str, list]:
+def judge(gpus: Iterable[Mapping[str, str]], chips: Sequence[Mapping[str, Any]], modules: str) -> dict[str, list]:
     """The GPUs the ``modules`` flavour (``open`` / ``proprietary``) of the driver whose table is
     ``chips`` cannot drive, and those the table does not list: ``{"unsupported": [{"address",
     "device_id", "name", "works_with": [flavours] or ["legacy branch 470.xx"], "why"}], "unlisted":

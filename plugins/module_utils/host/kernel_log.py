@@ -111,8 +111,10 @@ def module_flavour_unsupported(text: str) -> dict[str, Any]:
     for m in re.finditer(r"The NVIDIA GPU (\S+)\s+\(PCI ID: ([0-9a-fA-F]{4}:[0-9a-fA-F]{4})\)"
                          r"\s+installed in this system\s+(?=(.{0,120}))", joined):
         reason = next((why for pat, why in _REFUSALS if re.match(pat, m.group(3))), None)
+        if not reason:
+            continue
         dev = {"address": m.group(1).lower().rstrip(":"), "pci_id": m.group(2).lower(), "reason": reason}
-        if reason and dev not in devices:
+        if dev not in devices:
             devices.append(dev)
     hits = [
         x.strip() for x in lines

@@ -30,6 +30,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Mapping, Optional
 
+from ansible_collections.npuops.fleet.plugins.module_utils.errors import FleetError
 from ansible_collections.npuops.fleet.plugins.module_utils.host import smi_parsers
 
 MODE_QUERY_FIELDS = ("index", "pci.bus_id", "mig.mode.current", "mig.mode.pending")
@@ -42,7 +43,7 @@ _CI_ROW = re.compile(r"^\|\s*(\d+)\s+(\d+)\s+(MIG\s+\S+)\s+(\d+)\s+(\d+)\s+(\d+:
 _NOTHING = ("no gpu instances found", "no compute instances found", "no mig-enabled devices found")
 
 
-class MigError(Exception):
+class MigError(FleetError):
     """nvidia-smi could not say or do what was asked; the message quotes it. ``driver_answered`` is False
     when nvidia-smi said that no driver answers (none loaded, or a userspace that does not match the loaded
     module): no MIG device is usable then, and none can be read."""
@@ -162,7 +163,7 @@ def default_compute(gi: Mapping[str, Any]) -> bool:
     one is named after the GPU instance's slices and memory without the profile's attributes: a
     ``MIG 1g.10gb+me`` GPU instance's default compute instance is ``MIG 1g.10gb``."""
     m = _BASE.match(gi.get("name") or "")
-    return bool(m) and gi.get("compute") == ["MIG " + m.group(1)]
+    return m is not None and gi.get("compute") == ["MIG " + m.group(1)]
 
 
 def restore_refusals(layout: Optional[Mapping[str, Any]]) -> list[str]:

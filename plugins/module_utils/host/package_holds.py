@@ -92,7 +92,7 @@ def selections_input(selections: Mapping[str, Mapping[str, str]], packages: Iter
     goes by its own name (dpkg only warns)."""
     if selection not in ("hold", "install"):
         raise ValueError("selection must be hold or install, got %r" % (selection,))
-    lines = []
+    lines: list[str] = []
     for p in sorted(set(packages)):
         inst = selections.get(p)
         names = sorted(q for q, v in inst.items() if v in _ACTS_ON[selection]) if inst else [p]

@@ -33,6 +33,7 @@ import re
 from typing import Any, Iterable, Mapping, Optional
 
 from ansible_collections.npuops.fleet.plugins.module_utils.driver import vendor_profiles
+from ansible_collections.npuops.fleet.plugins.module_utils.errors import FleetError
 from ansible_collections.npuops.fleet.plugins.module_utils.host.apt_state import match_families
 
 # a flavour's ``build`` values: defined in vendor_profiles, which validates them (and imports nothing here)
@@ -43,7 +44,7 @@ BUILDS = vendor_profiles.BUILDS
 MOK_KEYS = ("/var/lib/dkms/mok.pub", "/var/lib/shim-signed/mok/MOK.der")
 
 
-class PackagingError(ValueError):
+class PackagingError(ValueError, FleetError):
     """A requested flavour that is not in the profile (the message lists the known ones)."""
 
 
@@ -165,7 +166,7 @@ def installed_flavours(profile: Mapping[str, Any], installed: Iterable[str]) -> 
     """Every flavour with an installed marker: ``[{"name", "evidence": [package names, sorted]}]``, in
     detection order; ``detect`` patterns are matched as ``apt_state.match_families`` does."""
     names = set(installed)
-    res = []
+    res: list[dict[str, Any]] = []
     for fl in flavours(profile):
         hits = match_families(names, fl["detect"])
         if hits:
@@ -185,6 +186,7 @@ def choose(profile: Mapping[str, Any], installed: Iterable[str], requested: Opti
         raise PackagingError("vendor profile %r has neither packaging flavours nor packages" % profile.get("name"))
     by_name = {f["name"]: f for f in fls}
     found = installed_flavours(profile, installed)
+    evidence: list[str]
     if requested and requested != "auto":
         if requested not in by_name:
             raise PackagingError(
@@ -200,8 +202,8 @@ def choose(profile: Mapping[str, Any], installed: Iterable[str], requested: Opti
         pick, source, evidence = by_name[found[0]["name"]], "detected", found[0]["evidence"]
     else:
         default = profile.get("packaging_default")
-        pick = by_name.get(default) if default else None
-        pick, source, evidence = pick or fls[0], "default", []
+        named = by_name.get(default) if default else None
+        pick, source, evidence = named or fls[0], "default", []
     return dict(pick, source=source, evidence=evidence, installed_flavours=found)
 
 

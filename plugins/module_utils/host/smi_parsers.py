@@ -109,7 +109,7 @@ def parse_nvidia_smi_query(output: str, fields=NVIDIA_SMI_DEFAULT_FIELDS) -> lis
             i = keys.index("name")
             extra = len(cols) - len(keys)
             cols[i : i + extra + 1] = [", ".join(cols[i : i + extra + 1])]
-        row = {}
+        row: dict[str, Any] = {}
         for i, key in enumerate(keys):
             row[key] = na_to_none(cols[i]) if i < len(cols) else None
         if "index" in row and row["index"] is not None:

@@ -20,6 +20,7 @@ import os
 import time
 from typing import Any, Callable, Iterable, Mapping, Optional
 
+from ansible_collections.npuops.fleet.plugins.module_utils.errors import FleetError
 from ansible_collections.npuops.fleet.plugins.module_utils.host import atomic_file, dpkg_lock, mig
 
 RECORD_VERSION = 1
@@ -113,7 +114,7 @@ def new_record(
         "apt_units": {k: dict(v) for k, v in apt_units.items()},
         "held_packages": sorted(set(held)),
         "timers_stopped": [t for t in PAUSE_TIMERS if (apt_units.get(t) or {}).get("active")],
-        "mig": dict(mig_layout) if mig.enabled(mig_layout) else None,
+        "mig": dict(mig_layout) if mig_layout is not None and mig.enabled(mig_layout) else None,
     }
 
 
@@ -158,7 +159,7 @@ def restore_plan(
 # ---- record file ----------------------------------------------------------------------------
 
 
-class RecordError(Exception):
+class RecordError(FleetError):
     pass
 
 

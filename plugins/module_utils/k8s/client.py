@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import os
 import traceback
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
+
+from ansible_collections.npuops.fleet.plugins.module_utils.errors import FleetError
 
 try:
     import yaml
@@ -60,7 +62,7 @@ SOURCE_HOST_API_KEY = "host+api_key"
 _LIST_SEP = os.pathsep
 
 
-class K8sAuthError(Exception):
+class K8sAuthError(FleetError):
     """No usable Kubernetes credentials could be built from the options given."""
 
 
@@ -129,6 +131,7 @@ def _load_kubeconfig(
 
 def get_api_client_and_source(
     params: Mapping[str, Any],
+    new_client: Optional[Callable[["k8s_client_mod.Configuration"], "k8s_client_mod.ApiClient"]] = None,
 ) -> tuple["k8s_client_mod.ApiClient", dict[str, Optional[str]]]:
     """Build an ApiClient from module params (AUTH_ARG_SPEC keys) and say where its credentials came from.
 
@@ -141,7 +144,8 @@ def get_api_client_and_source(
     ``{"source": "option kubeconfig" | "env K8S_AUTH_KUBECONFIG" | "env KUBECONFIG" | "~/.kube/config"
     | "in-cluster" | "host+api_key", "kubeconfig": <path or list as given, None without kubeconfig>,
     "context": <context used: option/K8S_AUTH_CONTEXT, else current-context of the merged config;
-    None without kubeconfig>}``. Raises K8sAuthError naming what was tried.
+    None without kubeconfig>}``. Raises K8sAuthError naming what was tried. ``new_client(configuration)``
+    builds the client (the module frame's request-counting one); ``kubernetes.client.ApiClient`` by default.
     """
     if not HAS_KUBERNETES:
         raise K8sAuthError("the kubernetes Python client is not installed")
@@ -183,7 +187,7 @@ def get_api_client_and_source(
         configuration.verify_ssl = bool(validate)
     if ca_cert:
         configuration.ssl_ca_cert = ca_cert
-    return k8s_client_mod.ApiClient(configuration), kube_auth
+    return (new_client or k8s_client_mod.ApiClient)(configuration), kube_auth
 
 
 def get_api_client(params: Mapping[str, Any]) -> "k8s_client_mod.ApiClient":

@@ -27,6 +27,7 @@ import random
 import time
 from typing import Any, Mapping, Optional
 
+from ansible_collections.npuops.fleet.plugins.module_utils.errors import FleetError
 from ansible_collections.npuops.fleet.plugins.module_utils.k8s import retry as k8s_retry
 
 DEFAULT_NAMESPACE = "kube-system"
@@ -47,17 +48,21 @@ def last_renewal(renewed_at: Optional[float], stamp: Optional[str]) -> float:
     return last
 
 
-class LeaseHeldError(Exception):
-    """Another holder's lease is still valid."""
+class LeaseHeldError(FleetError):
+    """Another holder's lease is still valid. ``lease``: the Lease as read ({} when unknown)."""
 
-    def __init__(self, msg: str, lease: Mapping[str, Any]):
+    def __init__(self, msg: str, lease: Optional[Mapping[str, Any]] = None):
         super().__init__(msg)
-        self.lease = lease
+        self.lease = lease if lease is not None else {}
 
 
 class LeaseLostError(LeaseHeldError):
-    """A renewal (``renew_only``) found the lease no longer this holder's: deleted, or held by
-    another run (it expired and was taken over). The run is no longer exclusive and must stop."""
+    """The run no longer holds its Lease: a renewal (``renew_only``) found it deleted or held by another
+    run (it expired and was taken over), or the run's keepalive (window/run_lease.py) could not renew it
+    within 2/3 of its TTL. The run is no longer exclusive and must stop, changing nothing more.
+
+    The one lease-lost exception of the collection: npu_upgrade_lease and npu_phase report it, and a node
+    upgrade treats it as its conflict (upgrade/node_upgrade.py: no abort, no failure mark on the Node)."""
 
 
 def lost_message(name: str, namespace: str, holder: str, lease: Optional[Mapping[str, Any]],
@@ -293,7 +298,8 @@ class LeaseManager:
         election never silently re-acquires a lease it lost. A 409 on a renewal whose re-read shows
         this holder renewed it meanwhile (the hosts of one run renew it together) counts as renewed.
         """
-        for attempt in range(MAX_CONFLICT_RETRIES):
+
+        def step(attempt: int) -> Any:
             lease = self.read()
             now = now_fn()
             decision = decide_acquire(lease, holder, now, take_over=take_over)
@@ -317,14 +323,21 @@ class LeaseManager:
                         return {"action": "renew", "changed": True, "previous": previous, "lease": again}
                 # lost a race: read again, decide again (spread out writers of one run)
                 sleep(random.uniform(0.05, 0.25) * (attempt + 1))
-                continue
+                return k8s_retry.CONFLICT
             return {"action": decision["action"], "changed": True, "previous": previous, "lease": written}
+
+        return k8s_retry.retry_on_conflict(step, MAX_CONFLICT_RETRIES, self._conflicts_exhausted)
+
+    def _conflicts_exhausted(self) -> Any:
         raise RuntimeError(
             "lease %s/%s: %d conflicting writes in a row; giving up" % (self.namespace, self.name, MAX_CONFLICT_RETRIES)
         )
 
     def release(self, holder: str, check_mode: bool = False, now_fn=now_utc) -> dict[str, Any]:
-        for _attempt in range(MAX_CONFLICT_RETRIES):
+        """Delete the lease if ``holder`` holds it (resourceVersion precondition; on a 409 it is read and
+        decided again). Returns ``{action, changed, previous, lease}``."""
+
+        def step(_attempt: int) -> Any:
             lease = self.read()
             decision = decide_release(lease, holder, now_fn())
             if decision["action"] != "release":
@@ -346,10 +359,7 @@ class LeaseManager:
                     return {"action": "release", "changed": True, "previous": decision["state"], "lease": None}
                 if exc.status == 404:
                     return {"action": "absent", "changed": False, "previous": decision["state"], "lease": None}
-                if exc.status == 409:
-                    continue
-                raise
+                raise  # a 409 among them: retry_on_conflict reads and decides again
             return {"action": "release", "changed": True, "previous": decision["state"], "lease": None}
-        raise RuntimeError(
-            "lease %s/%s: %d conflicting writes in a row; giving up" % (self.namespace, self.name, MAX_CONFLICT_RETRIES)
-        )
+
+        return k8s_retry.retry_on_conflict(step, MAX_CONFLICT_RETRIES, self._conflicts_exhausted)

@@ -25,31 +25,31 @@ except ImportError:  # pragma: no cover - reported by the module
 
 WATCH_CHUNK = 50  # seconds per watch request; the server closes it, we relist and go on
 
-# Work that must go on while a module waits (renewing the run's Lease, run_lease.LeaseKeepalive):
-# called from every wait - each list and watch event of wait_for, each pause() of a retry loop.
-# A module process runs one step, so the registry is per run; an exception raised by a heartbeat
-# (the Lease is lost) ends the wait.
-_HEARTBEATS: list[Callable[[], None]] = []
-
-
-def add_heartbeat(fn: Callable[[], None]) -> None:
-    """Register ``fn`` (cheap when not due: it rate-limits itself) to be called while waiting."""
-    _HEARTBEATS.append(fn)
-
-
-def clear_heartbeats() -> None:
-    del _HEARTBEATS[:]
-
-
-def heartbeat() -> None:
-    for fn in list(_HEARTBEATS):
-        fn()
+# A heartbeat is work that must go on while a module waits (renewing the run's Lease: a
+# window/run_lease.LeaseKeepalive, cheap when not due as it rate-limits itself). The caller passes it
+# to each wait - called at each list and watch event of wait_for, before each sleep of pauser() - and
+# an exception it raises (the Lease is lost) ends the wait.
 
 
 def pause(seconds: float) -> None:
-    """``time.sleep`` for the waits' retry loops, with the heartbeats first."""
-    heartbeat()
+    """``time.sleep`` for the waits' retry loops (no heartbeat; see :func:`pauser`)."""
     time.sleep(seconds)
+
+
+def pauser(heartbeat: Optional[Callable[[], None]]) -> Callable[[float], None]:
+    """A ``sleep(seconds)`` for the retry loops that calls ``heartbeat`` first (plain sleep without one)."""
+    if heartbeat is None:
+        return pause
+
+    def sleep(seconds: float) -> None:
+        heartbeat()
+        time.sleep(seconds)
+
+    return sleep
+
+
+def _no_heartbeat() -> None:
+    return None
 
 
 @dataclass
@@ -74,9 +74,14 @@ def wait_for(
     predicate: Callable[[list[dict[str, Any]]], bool],
     timeout: Optional[float],
     clock: Callable[[], float] = time.monotonic,
+    heartbeat: Optional[Callable[[], None]] = None,
     **list_kwargs: Any,
 ) -> WaitResult:
-    """Wait until ``predicate(items)`` is true for the objects ``list_fn(**list_kwargs)`` returns."""
+    """Wait until ``predicate(items)`` is true for the objects ``list_fn(**list_kwargs)`` returns.
+
+    ``heartbeat``: called at each list and each watch event (see above); None = nothing to keep alive."""
+    if heartbeat is None:
+        heartbeat = _no_heartbeat
     start = clock()
     end = None if timeout is None else start + timeout
     cache: dict[str, dict[str, Any]] = {}

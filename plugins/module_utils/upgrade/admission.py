@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
+from ansible_collections.npuops.fleet.plugins.module_utils.errors import FleetError
 from ansible_collections.npuops.fleet.plugins.module_utils.k8s import retry as k8s_retry
 from ansible_collections.npuops.fleet.plugins.module_utils.k8s import wait as k8s_wait
 from ansible_collections.npuops.fleet.plugins.module_utils.k8s.node_snapshot import MAX_AGE, NodeSnapshot
@@ -47,11 +48,11 @@ DEFAULT_NAMESPACE = "kube-system"
 STALLED_TIMEOUT = 600.0
 
 
-class AdmissionConflict(RuntimeError):
+class AdmissionConflict(RuntimeError, FleetError):
     """Another run is admitting the same node right now."""
 
 
-class AdmissionStopped(RuntimeError):
+class AdmissionStopped(RuntimeError, FleetError):
     """The caller's ``stop`` said to admit nothing more (its message is the reason)."""
 
 
@@ -195,16 +196,17 @@ class Slots:
 
     def release(self, node_name: str, token: str, attempts: int = 10) -> bool:
         """Remove this run's entry for ``node_name`` (and expired ones). False when it could not."""
-        for _attempt in range(attempts):
+
+        def step(_attempt: int) -> Any:
             record = self.read()
             entries = self.live(record)
             if (record.entries.get(node_name) or {}).get("token") == token:
                 entries.pop(node_name, None)
             elif entries == record.entries:
                 return True
-            if self.write(record, entries):
-                return True
-        return False
+            return True if self.write(record, entries) else k8s_retry.CONFLICT
+
+        return k8s_retry.retry_on_conflict(step, attempts, exhausted=lambda: False)
 
 
 def wait_admission(
@@ -230,10 +232,10 @@ def wait_admission(
     Raises AdmissionConflict when another run holds a live entry for the same node, AdmissionStopped
     when ``stop`` gave a reason.
     """
-    end = None if timeout is None else clock() + timeout
     stalled_since: Optional[float] = None
-    delays = k8s_retry.backoff_delays(first=1.0, cap=5.0)
-    while True:
+
+    def probe() -> tuple[Any, tuple[Optional[float], Optional[str]]]:
+        nonlocal stalled_since
         halt = stop() if stop is not None else None
         if halt:
             raise AdmissionStopped(halt)
@@ -269,24 +271,23 @@ def wait_admission(
                 if halt:  # the window stopped while this claim was made: give it back
                     slots.release(node_name, token)
                     raise AdmissionStopped(halt)
-                return since, None
-            if end is not None and clock() >= end:
-                return None, "the admission record kept changing under concurrent runs"
-            continue  # someone wrote in between: decide again on fresh data
-        if end is not None and clock() >= end:
-            return None, why
-        if end is None:
+                return True, (since, None)
+            # someone wrote in between: decide again on fresh data
+            return k8s_retry.AGAIN, (None, "the admission record kept changing under concurrent runs")
+        if timeout is None:
             moving = bool(set(live) - {node_name}) or any(
                 _taken(n, profile) for n in nodes if _name(n) != node_name
             )
             stalled_since = None if moving else (clock() if stalled_since is None else stalled_since)
             if stalled_since is not None and clock() - stalled_since >= stalled_timeout:
-                return None, "%s; no other node has been upgrading for %ds, so no lane of any run frees one" % (
+                stalled = "%s; no other node has been upgrading for %ds, so no lane of any run frees one" % (
                     why,
                     stalled_timeout,
                 )
-        delay = next(delays)
-        sleep(delay if end is None else max(0.0, min(delay, end - clock())))
+                return True, (None, stalled)
+        return False, (None, why)
+
+    return k8s_retry.poll_until(probe, timeout, sleep=sleep, clock=clock)
 
 
 def check_admission(
@@ -317,16 +318,14 @@ def wait_verdict(
     """Wait (polling 1-5 s) until :func:`check_admission` admits ``node_name``; None, or the last
     reason after ``timeout`` seconds. Claims nothing: for a node whose label already counts it.
     ``stop``: asked before every decision; a reason ends the wait (AdmissionStopped)."""
-    end = None if timeout is None else clock() + timeout
-    delays = k8s_retry.backoff_delays(first=1.0, cap=5.0)
-    while True:
+
+    def probe() -> tuple[bool, Optional[str]]:
         halt = stop() if stop is not None else None
         if halt:
             raise AdmissionStopped(halt)
         why = check_admission(core, slots, profile, policy, node_name)
         if why is None:  # admitted on a cached read: only a fresh one may admit
             why = check_admission(core, slots, profile, policy, node_name, fresh=True)
-        if why is None or (end is not None and clock() >= end):
-            return why
-        delay = next(delays)
-        sleep(delay if end is None else max(0.0, min(delay, end - clock())))
+        return why is None, why
+
+    return k8s_retry.poll_until(probe, timeout, sleep=sleep, clock=clock)

@@ -14,10 +14,11 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ansible_collections.npuops.fleet.plugins.module_utils.driver.vendor_profiles import annotation_key
+from ansible_collections.npuops.fleet.plugins.module_utils.errors import FleetError
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import record as node_record
 
 
-class CordonError(RuntimeError):
+class CordonError(RuntimeError, FleetError):
     pass
 
 

@@ -37,11 +37,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Optional
 
+from ansible_collections.npuops.fleet.plugins.module_utils.errors import FleetError
 from ansible_collections.npuops.fleet.plugins.module_utils.k8s import retry as k8s_retry
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s import selectors
 from ansible_collections.npuops.fleet.plugins.module_utils.k8s import wait as k8s_wait
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.eviction_rules import (
     is_terminating,
-    matches_label_selector_object,
     pod_ref,
 )
 
@@ -70,7 +71,7 @@ OUTCOME_RETRY = "retry"
 OUTCOME_REFUSED = "refused"
 
 
-class DrainError(RuntimeError):
+class DrainError(RuntimeError, FleetError):
     """A removal step that cannot finish.
 
     ``removed``: refs ("ns/name") already evicted/deleted (or found gone) before the error;
@@ -146,7 +147,7 @@ def describe_pdb(pdb: Mapping[str, Any]) -> str:
 def _pdb_covers(pdb: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
     # policy/v1: selector {} covers every pod of the namespace, a missing selector none (D13), whatever
     # status.expectedPods says.
-    return pod["metadata"].get("namespace") == pdb["metadata"]["namespace"] and matches_label_selector_object(
+    return pod["metadata"].get("namespace") == pdb["metadata"]["namespace"] and selectors.matches_object(
         pod["metadata"].get("labels"), (pdb.get("spec") or {}).get("selector")
     )
 
@@ -471,8 +472,10 @@ def evict(
         else:
             pending[pod_ref(pod)] = pod
     refusals: dict[str, str] = {}
-    delays = k8s_retry.backoff_delays(first=1.0, cap=5.0)
-    while pending:
+
+    def one_round() -> Optional[DrainError]:
+        """One eviction call per pending pod; raises _StillRefused while PDBs refuse some (retried by
+        k8s_retry.call), returns the DrainError that ends the drain (not raised: it is no retry's)."""
         for ref in list(pending):
             ns, name = _split(ref)
             try:
@@ -491,7 +494,7 @@ def evict(
                     kind = KIND_UNAVAILABLE if outcome == OUTCOME_RETRY else KIND_REFUSED
                     message = _reason(exc)
                     status = getattr(exc, "status", None) or None
-                    raise DrainError(
+                    failure = DrainError(
                         "eviction of pod %s %s: %s%s"
                         % (
                             ref,
@@ -507,25 +510,39 @@ def evict(
                         server_message=message,
                         refusals=refusals,
                     )
+                    failure.__context__ = exc  # raised by the caller, outside this handler
+                    return failure
             done.append(ref)
             pending.pop(ref)
-        if not pending:
-            break
-        delay = next(delays)
-        if deadline is not None and clock() + delay > deadline:
-            raise DrainError(
-                "evictions refused until the timeout: %s"
-                % "; ".join("%s: %s" % (r, refusals.get(r, "?")) for r in sorted(pending)),
-                removed=done,
-                remaining=sorted(pending),
-                kind=KIND_TIMEOUT,
-                pod=sorted(pending)[0] if len(pending) == 1 else None,
-                status=429,
-                server_message=refusals.get(sorted(pending)[0], ""),
-                refusals=refusals,
-            )
-        sleep(delay)
+        if pending:
+            raise _StillRefused()
+        return None
+
+    try:
+        # PDB refusals are retried with a 1-5 s backoff; no round starts whose pause ends past the deadline.
+        failure = k8s_retry.call(
+            one_round, budget=None, deadline=deadline, sleep=sleep, clock=clock, first=1.0, cap=5.0,
+            classify=lambda exc: isinstance(exc, _StillRefused),
+        )
+    except _StillRefused:
+        raise DrainError(
+            "evictions refused until the timeout: %s"
+            % "; ".join("%s: %s" % (r, refusals.get(r, "?")) for r in sorted(pending)),
+            removed=done,
+            remaining=sorted(pending),
+            kind=KIND_TIMEOUT,
+            pod=sorted(pending)[0] if len(pending) == 1 else None,
+            status=429,
+            server_message=refusals.get(sorted(pending)[0], ""),
+            refusals=refusals,
+        ) from None
+    if failure is not None:
+        raise failure
     return done
+
+
+class _StillRefused(Exception):
+    """Some evictions of a round were refused by a PodDisruptionBudget (429): try another round."""
 
 
 def _evict_once(
@@ -551,17 +568,12 @@ def _evict_once(
     """
     kwargs: dict[str, Any] = {"dry_run": "All"} if dry_run else {}
     end = None if deadline is None else max(deadline, clock() + min_budget)
-    seen = k8s_retry.Attempts(clock)
-    for delay in k8s_retry.backoff_delays():
-        try:
-            core.create_namespaced_pod_eviction(name, ns, body, _preload_content=False, **kwargs)
-            return
-        except Exception as exc:  # noqa: BLE001 - classified below
-            if not seen.retryable(exc, classify_eviction_error(exc) == OUTCOME_RETRY):
-                raise
-            if end is not None and clock() + delay > end:
-                raise
-            sleep(delay)
+    k8s_retry.call(
+        core.create_namespaced_pod_eviction, name, ns, body,
+        budget=None, deadline=end, sleep=sleep, clock=clock,
+        classify=lambda exc: classify_eviction_error(exc) == OUTCOME_RETRY,
+        _preload_content=False, **kwargs,
+    )
 
 
 def probe_evictions(
@@ -629,13 +641,19 @@ def pods_left(items: Iterable[Mapping[str, Any]], uids: set[str]) -> dict[str, s
     return {pod_ref(i): why_left(i) for i in items if i["metadata"]["uid"] in uids}
 
 
-def wait_gone(core: Any, node_name: str, uids: set[str], timeout: Optional[float]) -> list[str]:
+def wait_gone(
+    core: Any,
+    node_name: str,
+    uids: set[str],
+    timeout: Optional[float],
+    heartbeat: Optional[Callable[[], None]] = None,
+) -> list[str]:
     """Wait (list + watch of the node's pods) until no pod with one of ``uids`` is left on the node.
 
-    ``timeout``: seconds, None = forever. Pods with a deletionTimestamp keep the wait going (they may
-    still hold the device). Returns the pods left at the timeout, sorted, each as
-    "ns/pod (<why_left()>)", e.g. "ns1/db-0 (terminating, deletionTimestamp 2026-01-01T00:15:00Z,
-    grace 900s)"; the ref is the text before the first " (".
+    ``timeout``: seconds, None = forever; ``heartbeat``: called while waiting (k8s_wait.wait_for). Pods
+    with a deletionTimestamp keep the wait going (they may still hold the device). Returns the pods left
+    at the timeout, sorted, each as "ns/pod (<why_left()>)", e.g. "ns1/db-0 (terminating,
+    deletionTimestamp 2026-01-01T00:15:00Z, grace 900s)"; the ref is the text before the first " (".
     """
     if not uids:
         return []
@@ -644,5 +662,6 @@ def wait_gone(core: Any, node_name: str, uids: set[str], timeout: Optional[float
         lambda items: not any(i["metadata"]["uid"] in uids for i in items),
         timeout,
         field_selector="spec.nodeName=%s" % node_name,
+        heartbeat=heartbeat,
     )
     return ["%s (%s)" % (ref, why) for ref, why in sorted(pods_left(result.items, uids).items())]

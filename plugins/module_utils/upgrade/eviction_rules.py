@@ -34,11 +34,10 @@ for any step.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Union
 
-from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.policy import split_selector
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s import selectors
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
@@ -277,60 +276,6 @@ def is_ready(pod: Mapping[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
 
 
-# --- label selectors (the subset kubectl accepts: =, ==, !=, in, notin, exists, !exists) ---
-_SET_TERM = re.compile(r"^\s*([A-Za-z0-9./_-]+)\s+(in|notin)\s*\((.*)\)\s*$")
-_EQ_TERM = re.compile(r"^\s*([A-Za-z0-9./_-]+)\s*(==|=|!=)\s*([A-Za-z0-9._-]*)\s*$")
-_EXISTS_TERM = re.compile(r"^\s*(!?)\s*([A-Za-z0-9./_-]+)\s*$")
-
-
-def matches_selector(labels: Mapping[str, str] | None, selector: str) -> bool:
-    """Evaluate a label selector string against ``labels``; "" matches everything."""
-    labels = labels or {}
-    for term in split_selector(selector or ""):
-        m = _SET_TERM.match(term)
-        if m:
-            values = {v.strip() for v in m.group(3).split(",") if v.strip()}
-            present = m.group(1) in labels and labels[m.group(1)] in values
-            if (m.group(2) == "in") != present:
-                return False
-            continue
-        m = _EQ_TERM.match(term)
-        if m:
-            equal = labels.get(m.group(1)) == m.group(3)
-            if (m.group(2) == "!=") == equal:
-                return False
-            continue
-        m = _EXISTS_TERM.match(term)
-        if m:
-            if (m.group(1) == "!") == (m.group(2) in labels):
-                return False
-            continue
-        raise ValueError("invalid label selector term %r" % term)
-    return True
-
-
-def matches_label_selector_object(labels: Mapping[str, str] | None, selector: Mapping[str, Any] | None) -> bool:
-    """Evaluate a metav1.LabelSelector (matchLabels/matchExpressions). An empty selector matches all
-    pods, as for a policy/v1 PDB; a missing one matches none."""
-    if selector is None:
-        return False
-    labels = labels or {}
-    for key, value in (selector.get("matchLabels") or {}).items():
-        if labels.get(key) != value:
-            return False
-    for expr in selector.get("matchExpressions") or []:
-        key, op, values = expr.get("key"), expr.get("operator"), set(expr.get("values") or [])
-        if op == "In" and labels.get(key) not in values:
-            return False
-        if op == "NotIn" and key in labels and labels[key] in values:
-            return False
-        if op == "Exists" and key not in labels:
-            return False
-        if op == "DoesNotExist" and key in labels:
-            return False
-    return True
-
-
 @dataclass
 class PodPlan:
     """Outcome of classifying a node's pods for one step."""
@@ -383,7 +328,7 @@ def plan_drain(pods: Iterable[Mapping[str, Any]], drain: Any, drain_skip_label: 
             plan._add(plan.ignored, "DaemonSet pods (never evicted)", pod)
         elif is_mirror_pod(pod):
             plan._add(plan.ignored, "mirror (static) pods", pod)
-        elif not matches_selector(labels, drain.pod_selector):
+        elif not selectors.matches(labels, drain.pod_selector):
             plan._add(plan.ignored, "not matched by drain.podSelector %r" % drain.pod_selector, pod)
         elif is_terminating(pod):
             # Nothing to evict, but it may still hold the device: the drain waits for it. Checked
@@ -445,5 +390,5 @@ def pods_matching(pods: Iterable[Mapping[str, Any]], selector: str) -> list[str]
     return [
         pod_ref(p)
         for p in pods
-        if is_running_or_pending(p) and matches_selector((p.get("metadata") or {}).get("labels"), selector)
+        if is_running_or_pending(p) and selectors.matches((p.get("metadata") or {}).get("labels"), selector)
     ]

@@ -39,7 +39,7 @@ class FinishSteps:
         limit = timeout_or_none(self.policy.reboot.reboot_timeout_seconds) or self.validation_timeout
         before = node_record.get_annotation(self.profile, self.node, node_record.BOOT_ID_BEFORE)
         if not self.check:
-            why = upgrade_validation.wait_rebooted(self.core, self.name, before, limit)
+            why = upgrade_validation.wait_rebooted(self.core, self.name, before, limit, heartbeat=self._heartbeat)
             if why:
                 self._fail_after_host_work(why)
         self._transition(sm.VALIDATION_REQUIRED, "node Ready after reboot (bootID changed)" if before else "node Ready")
@@ -71,7 +71,7 @@ class FinishSteps:
             return "would restore operands %s and validate" % ", ".join(restored)
         daemonsets = node_record.get_json_annotation(self.profile, self.node, node_record.OPERAND_DAEMONSETS) or []
         why, version = upgrade_validation.wait_validated(
-            self.core, self.profile, self.name, self.target, daemonsets, deadline
+            self.core, self.profile, self.name, self.target, daemonsets, deadline, heartbeat=self._heartbeat
         )
         if version:
             self.result["driver_version"] = version

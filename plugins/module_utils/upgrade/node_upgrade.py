@@ -16,7 +16,7 @@ import json
 import os
 import time
 import uuid
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from ansible_collections.npuops.fleet.plugins.module_utils.driver.node_labels import node_driver_version
 from ansible_collections.npuops.fleet.plugins.module_utils.driver.vendor_profiles import annotation_key
@@ -25,6 +25,7 @@ from ansible_collections.npuops.fleet.plugins.module_utils.fleet import identity
 from ansible_collections.npuops.fleet.plugins.module_utils.fleet.caller import CallerWatch
 from ansible_collections.npuops.fleet.plugins.module_utils.k8s import retry as k8s_retry
 from ansible_collections.npuops.fleet.plugins.module_utils.k8s import wait as k8s_wait
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s.lease import LeaseLostError
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import (
     admission,
     cordon,
@@ -56,6 +57,12 @@ IDENTITY_BOOT_ID_WAIT = 90
 DRA_PLUGIN_OPERAND = "dra-kubelet-plugin"
 # beside the stop file: one file per node of the run that failed (NodeUpgrade.record_failure, the role's rescue)
 FAILURES_DIR = "failures"
+
+
+def lost_lease(exc: BaseException) -> bool:
+    """True when ``exc`` (what :meth:`NodeUpgrade.run` raised) is the run's lost Lease: the conflict
+    :meth:`NodeUpgrade._heartbeat` raised from a LeaseLostError of its keepalive."""
+    return isinstance(exc, UpgradeConflict) and isinstance(exc.__cause__, LeaseLostError)
 
 
 class _RawResourceClaims:
@@ -115,6 +122,7 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
         stop_file: Optional[str] = None,
         caller: Optional[CallerWatch] = None,
         resource_api: Any = None,
+        keepalive: Optional[Callable[[], None]] = None,
     ) -> None:
         # core / policy_api / coord_api / resource_api may be injected (unit tests use in-memory fakes).
         self.core = core or k8s.CoreV1Api(api_client)
@@ -148,6 +156,9 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
         self.stop_file = stop_file or None
         # an orphan of a killed playbook must not be admitted (see fleet/caller.py)
         self.caller = caller if caller is not None else CallerWatch()
+        # Called from every wait (window/run_lease.LeaseKeepalive: renews the run's Lease); see _heartbeat.
+        self.keepalive = keepalive
+        self.sleep = k8s_wait.pauser(self._heartbeat)
         self.baseline = dict(baseline) if baseline else None
         self.profile = profile
         self.policy = policy
@@ -195,6 +206,17 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
         }
 
     # ---- helpers -------------------------------------------------------------------------------
+    def _heartbeat(self) -> None:
+        """The keepalive, called from every wait. A lost Lease (LeaseLostError) leaves as UpgradeConflict
+        (its cause the LeaseLostError, see :func:`lost_lease`): the node may already be another run's,
+        so every step lets it through as it does any conflict - no abort, no failure mark."""
+        if self.keepalive is None:
+            return
+        try:
+            self.keepalive()
+        except LeaseLostError as exc:
+            raise UpgradeConflict(str(exc)) from exc
+
     def _ann(self, suffix: str) -> str:
         return annotation_key(self.profile, suffix)
 
@@ -241,7 +263,8 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
         fails, re-read: this very record there means the response was lost (done); otherwise
         :meth:`_check_owned` decides between trying again and UpgradeConflict."""
         last_key = self._ann(node_record.LAST_TRANSITION)
-        for _attempt in range(8):
+
+        def write(_attempt: int) -> None:
             if self.claim_not_after is not None and self.slots is not None:
                 if self.slots.clock() > self.claim_not_after:
                     raise UpgradeFailed(
@@ -251,19 +274,22 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
             ops = node_record.transition_ops(self.node, state_label, self.state, to, anns, labels)
             if uncordon:
                 ops.append({"op": "add", "path": "/spec/unschedulable", "value": False})
-            try:
-                self.node = node_record.patch_node(self.core, self.name, ops)
-                self.last_transition_seen = node_record.annotations(self.node).get(last_key)
-                return
-            except Exception as exc:  # noqa: BLE001
-                if getattr(exc, "status", None) not in (409, 422):
-                    raise
-                fresh = node_record.read_node(self.core, self.name)
-                if node_record.annotations(fresh).get(last_key) == anns[last_key]:
-                    self.node, self.last_transition_seen = fresh, anns[last_key]
-                    return
-                self._check_owned(fresh)
-        raise UpgradeConflict("node %s: the node kept changing; transition to %s not written" % (self.name, to))
+            self.node = node_record.patch_node(self.core, self.name, ops)
+            self.last_transition_seen = node_record.annotations(self.node).get(last_key)
+
+        def conflicted(_exc: BaseException) -> Any:
+            # 409: resourceVersion changed; 422: a JSON patch "test" op (the state label) failed
+            fresh = node_record.read_node(self.core, self.name)
+            if node_record.annotations(fresh).get(last_key) == anns[last_key]:
+                self.node, self.last_transition_seen = fresh, anns[last_key]
+                return None
+            self._check_owned(fresh)
+            return k8s_retry.CONFLICT
+
+        def exhausted() -> None:
+            raise UpgradeConflict("node %s: the node kept changing; transition to %s not written" % (self.name, to))
+
+        k8s_retry.retry_on_conflict(write, 8, exhausted, statuses=(409, 422), on_conflict=conflicted)
 
     def _check_owned(self, fresh: dict[str, Any]) -> None:
         """Take ``fresh`` as the node to work on when it shows this run's state and last transition
@@ -459,7 +485,8 @@ class NodeUpgrade(PrepareSteps, PodRemovalSteps, FinishSteps):
                 return any(identity.normalised("boot_id", node_record.boot_id(i)) == want for i in items)
 
             res = k8s_wait.wait_for(
-                self.core.list_node, reported, IDENTITY_BOOT_ID_WAIT, field_selector="metadata.name=%s" % self.name
+                self.core.list_node, reported, IDENTITY_BOOT_ID_WAIT, field_selector="metadata.name=%s" % self.name,
+                heartbeat=self._heartbeat,
             )
             if res.ok and res.items:
                 found = identity.compare(self.host_identity, identity.node_identity(res.items[0]), self.identity_fields)

@@ -25,13 +25,13 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s import selectors
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.eviction_rules import (
     controller_of,
     is_daemonset_pod,
     is_operand_pod,
     is_ready,
     is_terminating,
-    matches_selector,
     pod_ref,
 )
 
@@ -116,7 +116,7 @@ def dra_plugin_pods(profile: Mapping[str, Any], pods: list[Mapping[str, Any]]) -
         return []
     return [
         p for p in pods
-        if is_daemonset_pod(p) and matches_selector((p.get("metadata") or {}).get("labels"), selector)
+        if is_daemonset_pod(p) and selectors.matches((p.get("metadata") or {}).get("labels"), selector)
     ]
 
 

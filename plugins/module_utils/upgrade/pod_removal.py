@@ -95,7 +95,7 @@ class PodRemovalSteps:
         refused = dict(drain.multi_pdb_pods(self.policy_api, victims))
         try:
             rest = [v for v in victims if eviction_rules.pod_ref(v) not in refused]
-            probed = drain.probe_evictions(self.core, rest)
+            probed = drain.probe_evictions(self.core, rest, sleep=self.sleep)
         except Exception as exc:  # noqa: BLE001 - a preflight probe must not fail the read-only phases
             self.warnings.append("dry-run evictions not possible: %s" % self._describe(exc))
             return refused
@@ -125,7 +125,7 @@ class PodRemovalSteps:
         by_ref = {eviction_rules.pod_ref(p): p for p in pods}
         deadline = self._deadline(timeout)
         try:
-            evicted = drain.evict(self.core, victims, deadline)
+            evicted = drain.evict(self.core, victims, deadline, sleep=self.sleep)
         except drain.DrainError as exc:
             self.result[result_key].extend(exc.removed)
             if exc.kind == drain.KIND_REFUSED:
@@ -157,6 +157,7 @@ class PodRemovalSteps:
             self.name,
             uids,
             None if deadline is None else max(1.0, deadline - time.monotonic()),
+            heartbeat=self._heartbeat,
         )
         if left:
             fail("pods still on the node after %s=%s: %s" % (timeout_key, self._secs(timeout), ", ".join(left)))

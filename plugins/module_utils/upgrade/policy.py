@@ -16,8 +16,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
+from ansible_collections.npuops.fleet.plugins.module_utils.errors import FleetError
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s import selectors
 
-class PolicyError(ValueError):
+
+class PolicyError(ValueError, FleetError):
     """Unknown key or invalid value in the upgrade policy (message names the key path)."""
 
 
@@ -107,7 +110,6 @@ _BOOL_FIELDS = {"auto_upgrade", "force", "delete_empty_dir_data", "enable"}
 _INT_FIELDS = {"max_parallel_upgrades", "timeout_seconds", "reboot_timeout_seconds"}
 _STR_FIELDS = {"pod_selector"}
 _PERCENT = re.compile(r"^\s*(\d+)\s*%\s*$")
-_SELECTOR_TERM = re.compile(r"^\s*!?[A-Za-z0-9./_-]+(\s*(=|==|!=)\s*[A-Za-z0-9._-]*|\s+(in|notin)\s*\(.*\))?\s*$")
 
 
 def _to_bool(path: str, value: Any) -> bool:
@@ -137,26 +139,12 @@ def _to_selector(path: str, value: Any) -> str:
         return ""
     if not isinstance(value, str):
         raise PolicyError("%s must be a label selector string such as 'app=trainer', got %r" % (path, value))
-    for term in split_selector(value):
-        if not _SELECTOR_TERM.match(term):
-            raise PolicyError("%s: %r is not a valid label selector term" % (path, term))
+    for term in selectors.split(value):
+        try:
+            selectors.parse_term(term)
+        except ValueError:
+            raise PolicyError("%s: %r is not a valid label selector term" % (path, term)) from None
     return value.strip()
-
-
-def split_selector(selector: str) -> list[str]:
-    """Label-selector terms: split on commas outside parentheses (``a in (x,y),b`` -> 2 terms)."""
-    terms, depth, cur = [], 0, ""
-    for ch in selector:
-        depth += ch == "("
-        depth -= ch == ")"
-        if ch == "," and depth == 0:
-            terms.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    if cur.strip():
-        terms.append(cur)
-    return [t for t in terms if t.strip()]
 
 
 def _max_unavailable(path: str, value: Any) -> Any:

@@ -173,7 +173,7 @@ class PrepareSteps:
         try:
             since, why = admission.wait_admission(
                 self.core, self.slots, self.profile, self.policy, self.name, self.token, self.admission_timeout,
-                stop=self._stop_reason,
+                stop=self._stop_reason, sleep=self.sleep,
             )
         except admission.AdmissionConflict as exc:
             raise UpgradeConflict("node %s: %s; this run changed nothing" % (self.name, exc))
@@ -198,7 +198,7 @@ class PrepareSteps:
         try:
             waited = admission.wait_verdict(
                 self.core, self.slots, self.profile, self.policy, self.name, self.admission_timeout,
-                stop=self._stop_reason,
+                stop=self._stop_reason, sleep=self.sleep,
             )
         except admission.AdmissionStopped as exc:
             raise sm.UpgradeNotStarted(
@@ -221,6 +221,7 @@ class PrepareSteps:
             lambda items: not eviction_rules.pods_matching(items, wfc.pod_selector),
             timeout_or_none(wfc.timeout_seconds),
             field_selector="spec.nodeName=%s" % self.name,
+            heartbeat=self._heartbeat,
         )
         if res.ok:
             return "job pods matching %r finished" % wfc.pod_selector
@@ -281,6 +282,7 @@ class PrepareSteps:
             lambda items: not operands.paused_operand_pods(self.profile, items, paused),
             self.operands_timeout,
             field_selector="spec.nodeName=%s" % self.name,
+            heartbeat=self._heartbeat,
         )
         if not res.ok:
             self._abort(

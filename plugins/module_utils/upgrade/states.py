@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from ansible_collections.npuops.fleet.plugins.module_utils.errors import FleetError
+
 UPGRADE_REQUIRED = "upgrade-required"
 CORDON_REQUIRED = "cordon-required"
 WAIT_FOR_JOBS_REQUIRED = "wait-for-jobs-required"
@@ -45,11 +47,11 @@ IN_PROGRESS_STATES = PREPARE_STATES + HOST_WORK_STATES + FINISH_STATES
 # upgrade-required too when an upgrade run wrote it (admission.py): from admission to uncordon.
 
 
-class UpgradeFailed(RuntimeError):
+class UpgradeFailed(RuntimeError, FleetError):
     """The phase failed; the node's label/annotations already say why (unless check mode)."""
 
 
-class UpgradeNotStarted(RuntimeError):
+class UpgradeNotStarted(RuntimeError, FleetError):
     """The window stopped (its stop file appeared) while this node waited for admission; nothing was
     changed and the node was never admitted."""
 

@@ -14,7 +14,7 @@ Each returns None when valid, otherwise the reason, for the upgrade-failed annot
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from ansible_collections.npuops.fleet.plugins.module_utils.driver.node_labels import node_driver_version
 from ansible_collections.npuops.fleet.plugins.module_utils.driver.version import same_driver_version
@@ -23,14 +23,24 @@ from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import operan
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import record as node_record
 
 
-def wait_rebooted(core: Any, name: str, boot_id_before: Optional[str], timeout: Optional[float]) -> Optional[str]:
+def wait_rebooted(
+    core: Any,
+    name: str,
+    boot_id_before: Optional[str],
+    timeout: Optional[float],
+    heartbeat: Optional[Callable[[], None]] = None,
+) -> Optional[str]:
+    """``heartbeat``: called while waiting (k8s_wait.wait_for)."""
+
     def rebooted(items: list[dict[str, Any]]) -> bool:
         return any(
             node_record.node_ready(i) and (not boot_id_before or node_record.boot_id(i) != boot_id_before)
             for i in items
         )
 
-    res = k8s_wait.wait_for(core.list_node, rebooted, timeout, field_selector="metadata.name=%s" % name)
+    res = k8s_wait.wait_for(
+        core.list_node, rebooted, timeout, field_selector="metadata.name=%s" % name, heartbeat=heartbeat
+    )
     if res.ok:
         return None
     now = res.items[0] if res.items else {}
@@ -47,8 +57,9 @@ def wait_validated(
     target: Optional[str],
     daemonsets: list[str],
     deadline: Optional[float],
+    heartbeat: Optional[Callable[[], None]] = None,
 ) -> tuple[Optional[str], Optional[str]]:
-    """(failure reason or None, driver version seen on the node)."""
+    """(failure reason or None, driver version seen on the node); ``heartbeat``: called while waiting."""
     seen: dict[str, Any] = {"version": None, "why": None}
 
     def left() -> Optional[float]:
@@ -67,7 +78,9 @@ def wait_validated(
             seen["why"] = None
         return seen["why"] is None
 
-    if not k8s_wait.wait_for(core.list_node, node_ok, left(), field_selector="metadata.name=%s" % name).ok:
+    if not k8s_wait.wait_for(
+        core.list_node, node_ok, left(), field_selector="metadata.name=%s" % name, heartbeat=heartbeat
+    ).ok:
         return seen["why"], seen["version"]
 
     def operands_ok(items: list[dict[str, Any]]) -> bool:
@@ -78,7 +91,8 @@ def wait_validated(
     if (
         daemonsets
         and not k8s_wait.wait_for(
-            core.list_pod_for_all_namespaces, operands_ok, left(), field_selector="spec.nodeName=%s" % name
+            core.list_pod_for_all_namespaces, operands_ok, left(), field_selector="spec.nodeName=%s" % name,
+            heartbeat=heartbeat,
         ).ok
     ):
         return seen["why"], seen["version"]

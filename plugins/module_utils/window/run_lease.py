@@ -7,9 +7,13 @@ A step of the upgrade may wait without bound (the chart's ``timeoutSeconds: 0``)
 (``lease.py``) must stay valid for as long as the run works, or a second run could take over an
 "expired" lease of a live one. :class:`LeaseKeepalive` is called from every wait loop (``tick``);
 it renews at most every ``interval`` seconds (a third of the TTL by default) and raises
-:class:`LeaseLost` when another run now holds the Lease, or when no renewal succeeded for two thirds
-of the TTL: as client-go's leader election gives up at its RenewDeadline, before the lease can expire
-for others (clocks of two controllers may differ), a run stops before anyone may take over.
+``lease.LeaseLostError`` when another run now holds the Lease, or when no renewal succeeded for two
+thirds of the TTL: as client-go's leader election gives up at its RenewDeadline, before the lease can
+expire for others (clocks of two controllers may differ), a run stops before anyone may take over.
+
+The keepalive is handed to the work that waits (a NodeUpgrade's ``keepalive``), which calls it from its
+waits; what a lost Lease means for that work (a node upgrade: a conflict, nothing undone) is decided
+there, not here.
 """
 
 from __future__ import annotations
@@ -18,15 +22,7 @@ import time
 from typing import Any, Callable, Optional
 
 from ansible_collections.npuops.fleet.plugins.module_utils.k8s import retry as k8s_retry
-from ansible_collections.npuops.fleet.plugins.module_utils.k8s.lease import LeaseHeldError
-from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.states import UpgradeConflict
-
-
-class LeaseLost(UpgradeConflict):
-    """The run no longer holds its Lease: stop waiting, change nothing more.
-
-    An UpgradeConflict, so no abort or failure mark is written: the node may already be another
-    run's, and that run decides what happens to it."""
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s.lease import LeaseHeldError, LeaseLostError
 
 
 class LeaseKeepalive:
@@ -58,7 +54,7 @@ class LeaseKeepalive:
         self.renewals = 0
 
     def tick(self, force: bool = False) -> None:
-        """Renew when due; raise :class:`LeaseLost` when the Lease is gone to another run."""
+        """Renew when due; raise ``LeaseLostError`` when the Lease is gone to another run."""
         now = self.clock()
         if not force and self.last_try is not None and now - self.last_try < self.interval:
             return
@@ -66,12 +62,12 @@ class LeaseKeepalive:
         try:
             self.manager.acquire(self.holder, self.ttl, renew_only=True)
         except LeaseHeldError as exc:
-            raise LeaseLost("the run's maintenance Lease is no longer ours: %s" % exc) from exc
+            raise LeaseLostError("the run's maintenance Lease is no longer ours: %s" % exc, exc.lease) from exc
         except Exception as exc:  # noqa: BLE001 - transient ones are retried at the next tick
             if not k8s_retry.is_transient(exc):
                 raise
             if now - self.last_ok >= self.renew_deadline:
-                raise LeaseLost(
+                raise LeaseLostError(
                     "could not renew the run's maintenance Lease for %d s (2/3 of its %d s TTL): %s"
                     % (now - self.last_ok, self.ttl, exc)
                 ) from exc

@@ -9,6 +9,8 @@ import pytest
 from ansible import context
 from ansible.module_utils import _internal as module_utils_internal
 
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import states as sm
+
 T = 1800000000.0
 NODE_UPGRADE = "npuops.fleet.npu_node_upgrade"
 
@@ -175,10 +177,10 @@ def test_one_host_through_the_window_with_fleet_lines_and_eta(cb):
         "n1",
         "prepare",
         [
-            tr("", "upgrade-required", "2027-01-15T08:00:33Z"),
-            tr("upgrade-required", "cordon-required", "2027-01-15T08:00:33Z"),
-            tr("cordon-required", "drain-required", "2027-01-15T08:00:34Z"),
-            tr("drain-required", "pod-restart-required", "2027-01-15T08:00:46Z"),
+            tr("", sm.UPGRADE_REQUIRED, "2027-01-15T08:00:33Z"),
+            tr(sm.UPGRADE_REQUIRED, sm.CORDON_REQUIRED, "2027-01-15T08:00:33Z"),
+            tr(sm.CORDON_REQUIRED, sm.DRAIN_REQUIRED, "2027-01-15T08:00:34Z"),
+            tr(sm.DRAIN_REQUIRED, sm.POD_RESTART_REQUIRED, "2027-01-15T08:00:46Z"),
         ],
         at=46,
     )
@@ -192,9 +194,9 @@ def test_one_host_through_the_window_with_fleet_lines_and_eta(cb):
         "n1",
         "finish",
         [
-            tr("pod-restart-required", "validation-required", "2027-01-15T08:01:13Z"),
-            tr("validation-required", "uncordon-required", "2027-01-15T08:01:14Z"),
-            tr("uncordon-required", "upgrade-done", "2027-01-15T08:01:15Z"),
+            tr(sm.POD_RESTART_REQUIRED, sm.VALIDATION_REQUIRED, "2027-01-15T08:01:13Z"),
+            tr(sm.VALIDATION_REQUIRED, sm.UNCORDON_REQUIRED, "2027-01-15T08:01:14Z"),
+            tr(sm.UNCORDON_REQUIRED, sm.UPGRADE_DONE, "2027-01-15T08:01:15Z"),
         ],
         at=75,
     )
@@ -228,7 +230,7 @@ def test_a_failure_prints_the_task_message_the_reason_and_counts_failed(cb):
     preflight(cb)
     del lines[:]
     phase(cb, "n2", "prepare", 30)
-    module(cb, "n2", "prepare", [tr("", "upgrade-required", "2027-01-15T08:00:33Z")], at=34)
+    module(cb, "n2", "prepare", [tr("", sm.UPGRADE_REQUIRED, "2027-01-15T08:00:33Z")], at=34)
     phase(cb, "n2", "install", 34)
     clock[0] = T + 39
     task = Task("Install the target driver packages", "npuops.fleet.npu_apt_install")
@@ -243,7 +245,7 @@ def test_a_failure_prints_the_task_message_the_reason_and_counts_failed(cb):
         at=39,
         reason="apt: E: Version '550.90.07' for 'nvidia-driver' was not found",
     )
-    module(cb, "n2", "fail", [tr("pod-restart-required", "upgrade-failed", "2027-01-15T08:00:40Z")], at=40)
+    module(cb, "n2", "fail", [tr(sm.POD_RESTART_REQUIRED, sm.UPGRADE_FAILED, "2027-01-15T08:00:40Z")], at=40)
     next_task(cb, 90)
     assert lines == [
         "n2  preflight-ok -> prepare  (10.0 s)",
@@ -288,7 +290,7 @@ def test_check_mode_previews_are_no_state_changes_and_the_plan_has_no_eta(cb, mo
     monkeypatch.setattr(context, "CLIARGS", {"check": True})
     plugin.v2_playbook_on_play_start(Play("Maintenance window - fleet preflight (no change anywhere)"))
     phase(cb, "n1", "preflight", 1)
-    module(cb, "n1", "prepare", [tr("", "upgrade-required", "2027-01-15T08:00:02Z")], at=2, check_mode=True)
+    module(cb, "n1", "prepare", [tr("", sm.UPGRADE_REQUIRED, "2027-01-15T08:00:02Z")], at=2, check_mode=True)
     status(cb, "n1", "preflight-ok", "2027-01-15T08:00:20Z", at=20)
     facts(cb, "localhost", at=20, _mw_plan=True, _mw_targets=["n1"], _mw_parallel=1)
     plugin.v2_runner_on_ok(
@@ -414,12 +416,12 @@ def test_the_estimate_counts_what_a_host_in_flight_already_spent(cb):
     preflight(cb)
     # n1: admitted 08:00:30, upgraded 08:01:10 - 40 s
     phase(cb, "n1", "prepare", 29)
-    module(cb, "n1", "prepare", [tr("", "upgrade-required", "2027-01-15T08:00:30Z")], at=30)
+    module(cb, "n1", "prepare", [tr("", sm.UPGRADE_REQUIRED, "2027-01-15T08:00:30Z")], at=30)
     phase(cb, "n1", "done", 70)
     status(cb, "n1", "upgraded", "2027-01-15T08:01:10Z", at=70)
     # n2: admitted 08:01:15; at 08:01:45 it has spent 30 of the 40 s a host takes here
     phase(cb, "n2", "prepare", 71)
-    module(cb, "n2", "prepare", [tr("", "upgrade-required", "2027-01-15T08:01:15Z")], at=75)
+    module(cb, "n2", "prepare", [tr("", sm.UPGRADE_REQUIRED, "2027-01-15T08:01:15Z")], at=75)
     del lines[:]
     next_task(cb, 105)
     assert lines[-1] == "done 1 / in flight 1 / waiting 0 / failed 0 / at target 1 - elapsed 1m, about 10s left"

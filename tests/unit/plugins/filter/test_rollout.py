@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.npuops.fleet.plugins.filter.rollout import lane_order
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import states as sm
 
 
 def row(host, reboot=False, domain=None):
@@ -59,7 +60,7 @@ def test_lane_row_from_a_preflight_result():
     assert lane_row(res) == {"host": "h1", "reboot": True, "domain": "rack-7", "resume": False}
     assert lane_row({"host": "h2"}) == {"host": "h2", "reboot": False, "domain": None, "resume": False}
     assert [lane_row({"host": "h", "state_at_start": s})["resume"] for s in
-            (None, "", "upgrade-done", "upgrade-required", "drain-required", "upgrade-failed")] == [
+            (None, "", sm.UPGRADE_DONE, sm.UPGRADE_REQUIRED, sm.DRAIN_REQUIRED, sm.UPGRADE_FAILED)] == [
         False, False, False, True, True, True]
 
 

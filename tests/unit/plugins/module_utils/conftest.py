@@ -18,7 +18,7 @@ def one_shot_waits(monkeypatch):
     """k8s_wait.wait_for evaluates its predicate once on a fresh list (the in-memory cluster has no
     watch): a wait that is not satisfied now times out at once."""
 
-    def wait_for(list_fn, predicate, timeout, **kw):
+    def wait_for(list_fn, predicate, timeout, heartbeat=None, **kw):
         items = k8s_wait.list_raw(list_fn, **kw).get("items") or []
         return k8s_wait.WaitResult(predicate(items), items, 0.0)
 

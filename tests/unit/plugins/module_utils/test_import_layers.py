@@ -21,7 +21,7 @@ ALLOWED = {
     "host": {"host", "driver", "errors"},
     "fleet": {"fleet", "driver", "k8s", "errors"},
     "upgrade": {"upgrade", "k8s", "driver", "fleet", "errors"},
-    "window": {"window", "k8s", "upgrade", "errors"},
+    "window": {"window", "k8s", "errors"},
     "errors": {"errors"},
 }
 

@@ -7,6 +7,7 @@ import json
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s import module as k8s_module
 from ansible_collections.npuops.fleet.plugins.modules import npu_matrix_audit as mod
 
 
@@ -29,7 +30,7 @@ def fake_api(monkeypatch):
         calls.append((selector, page_size))
         return [node("b", "5.15.0-120-generic"), node("a")], 1
 
-    monkeypatch.setattr(mod, "get_api_client_and_source", lambda p: (object(), dict(KUBE_AUTH)))
+    monkeypatch.setattr(k8s_module, "get_api_client_and_source", lambda p, **kw: (object(), dict(KUBE_AUTH)))
     monkeypatch.setattr(mod, "list_nodes_raw", fake_list)
     return calls
 

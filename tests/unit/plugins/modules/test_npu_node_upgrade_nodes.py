@@ -9,8 +9,10 @@ import pytest
 from ansible.module_utils.testing import patch_module_args
 from kubernetes.client.rest import ApiException
 
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s import module as k8s_module
 from ansible_collections.npuops.fleet.plugins.module_utils.k8s import retry as k8s_retry
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import node_upgrade
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import states as sm
 from ansible_collections.npuops.fleet.plugins.modules import npu_node_upgrade as mod
 
 
@@ -71,7 +73,7 @@ class Client:
 def cluster(monkeypatch):
     core = Core(
         [
-            gpu_node("done", "550", "90", "07", **{"nvidia.com/gpu-driver-upgrade-state": "upgrade-done"}),
+            gpu_node("done", "550", "90", "07", **{"nvidia.com/gpu-driver-upgrade-state": sm.UPGRADE_DONE}),
             gpu_node("old", "535", "183", "06"),
             gpu_node(
                 "skipme",
@@ -84,7 +86,7 @@ def cluster(monkeypatch):
     )
     for api in ("CoreV1Api", "PolicyV1Api", "CoordinationV1Api", "ResourceV1Api"):
         monkeypatch.setattr(node_upgrade.k8s, api, lambda _client, _core=core: _core, raising=False)
-    monkeypatch.setattr(mod, "get_api_client_and_source", lambda p: (Client(), {"source": "test"}))
+    monkeypatch.setattr(k8s_module, "get_api_client_and_source", lambda p, **kw: (Client(), {"source": "test"}))
     # one attempt per read: the retries' budget is the retry helper's, tested on its own
     once = k8s_retry.call
     monkeypatch.setattr(k8s_retry, "call", lambda fn, *a, **kw: once(fn, *a, **dict(kw, budget=0.001)))
@@ -113,7 +115,7 @@ def test_each_node_answers_as_its_own_status_call_would(cluster, capsys):
     assert not out.get("failed") and out["changed"] is False
     got = out["nodes"]
     assert set(got) == {"h-done", "h-old", "h-skip"}
-    assert (got["h-done"]["at_target"], got["h-done"]["previous_state"]) == (True, "upgrade-done")
+    assert (got["h-done"]["at_target"], got["h-done"]["previous_state"]) == (True, sm.UPGRADE_DONE)
     assert got["h-done"]["driver_version"] == "550.90.07"
     assert (got["h-old"]["at_target"], got["h-old"]["previous_state"]) == (False, None)
     assert not got["h-old"].get("skipped")

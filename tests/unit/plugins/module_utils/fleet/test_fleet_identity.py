@@ -10,6 +10,7 @@ from upgrade_pod_fixtures import gpu_labels
 
 from ansible_collections.npuops.fleet.plugins.module_utils.driver.vendor_profiles import resolve_profile
 from ansible_collections.npuops.fleet.plugins.module_utils.fleet import identity
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import states as sm
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.node_upgrade import NodeUpgrade, UpgradeConflict
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.policy import parse_policy
 
@@ -122,10 +123,10 @@ def test_prepare_refuses_another_machine_before_any_change(check):
 def test_prepare_goes_on_for_the_same_machine_and_without_identity():
     c = FakeCluster([node("gpu-17")])
     _up, res = _prepare(c, "gpu-17", False, host_identity=host())
-    assert res["state"] == "pod-restart-required" and res["identity"]["same"]
+    assert res["state"] == sm.POD_RESTART_REQUIRED and res["identity"]["same"]
     c2 = FakeCluster([node("gpu-17", machine_id="other")])
     _up, res2 = _prepare(c2, "gpu-17", False)  # no host_identity: no check (module callers without a host)
-    assert res2["state"] == "pod-restart-required" and "identity" not in res2
+    assert res2["state"] == sm.POD_RESTART_REQUIRED and "identity" not in res2
 
 
 def test_identity_fields_narrow_the_check():
@@ -157,7 +158,7 @@ def test_a_boot_id_not_reported_yet_is_waited_for(monkeypatch):
     c = FakeCluster([node("gpu-17", boot_id="old-boot-0000")])
     waited = []
 
-    def wait_for(list_fn, predicate, timeout, **kw):
+    def wait_for(list_fn, predicate, timeout, heartbeat=None, **kw):
         waited.append(timeout)
         c.nodes["gpu-17"]["status"]["nodeInfo"]["bootID"] = BOOT  # the kubelet posts its status
         items = k8s_wait.list_raw(list_fn, **kw).get("items") or []
@@ -165,7 +166,7 @@ def test_a_boot_id_not_reported_yet_is_waited_for(monkeypatch):
 
     monkeypatch.setattr(k8s_wait, "wait_for", wait_for)
     _up, res = _prepare(c, "gpu-17", False, host_identity=host())
-    assert waited[0] == 90 and res["identity"]["same"] and res["state"] == "pod-restart-required"
+    assert waited[0] == 90 and res["identity"]["same"] and res["state"] == sm.POD_RESTART_REQUIRED
 
 
 def test_a_boot_id_that_never_comes_is_refused():

@@ -10,6 +10,7 @@ import pytest
 from ansible_collections.npuops.fleet.plugins.module_utils.driver.vendor_profiles import resolve_profile
 from ansible_collections.npuops.fleet.plugins.module_utils.k8s.node_snapshot import NodeSnapshot, parse_table
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import admission
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import states as sm
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.policy import parse_policy
 
 NV = resolve_profile("nvidia")
@@ -101,11 +102,11 @@ def whole(name, state=None, cordoned=False):
 def test_nodes_combine_rows_with_fresh_whole_objects(tmp_path):
     api = Api([("n0", "Ready"), ("n1", "NotReady"), ("n2", "Ready,SchedulingDisabled"), ("n3", "Ready")])
     # n2's cordon is gone since the Table (the fresh cordon list says so); n3 is in an upgrade
-    core = Core(api, {"n3": whole("n3", "drain-required", cordoned=True)})
+    core = Core(api, {"n3": whole("n3", sm.DRAIN_REQUIRED, cordoned=True)})
     nodes = NodeSnapshot(core, NV, STATES, cache_dir=str(tmp_path)).nodes()
     by = {n["metadata"]["name"]: n for n in nodes}
     assert sorted(by) == ["n0", "n1", "n2", "n3"]
-    assert by["n3"]["metadata"]["labels"][STATE] == "drain-required"
+    assert by["n3"]["metadata"]["labels"][STATE] == sm.DRAIN_REQUIRED
     assert [by[n]["spec"]["unschedulable"] for n in ("n0", "n1", "n2")] == [False, False, False]
     assert by["n1"]["status"]["conditions"][0]["status"] == "False"
     # what admission decides from it: n1 (NotReady) and n3 (upgrading) take maxUnavailable 2

@@ -18,6 +18,7 @@ from upgrade_pod_fixtures import gpu_labels, on, pod
 
 from ansible_collections.npuops.fleet.plugins.module_utils.driver.vendor_profiles import ProfileError, resolve_profile
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import eviction_rules, operands
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import states as sm
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.node_upgrade import NodeUpgrade, UpgradeFailed
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.policy import parse_policy
 from ansible_collections.npuops.fleet.plugins.plugin_utils.window_record import longest_host
@@ -244,9 +245,9 @@ def test_default_policy_removes_the_dra_pod_before_host_work():
     c = cluster([dra_pod("trainer", claim_name="c1"), dra_pod("cpu-job", claim_name="c2"), pod("web")])
     api = FakeClaims({"ml/c1": claim("c1"), "ml/c2": claim("c2", drivers=("cpu.example.com",))})
     res = run(c, "prepare", api)
-    assert res["state"] == "pod-restart-required"
+    assert res["state"] == sm.POD_RESTART_REQUIRED
     assert res["deleted"] == ["ml/trainer"] and not res["evicted"]
-    assert "drain-required" not in [t["to"] for t in res["transitions"]]  # drain off: the chart's default
+    assert sm.DRAIN_REQUIRED not in [t["to"] for t in res["transitions"]]  # drain off: the chart's default
     assert sorted(p["metadata"]["name"] for p in c.pods) == ["cpu-job", "web"]
     assert res["pod_rules"] == {"ml/trainer": "DRA claim ml/c1 allocated by gpu.nvidia.com"}
     assert "ml/trainer [DRA claim ml/c1 allocated by gpu.nvidia.com]" in " ".join(
@@ -298,7 +299,7 @@ def test_dra_kubelet_plugin_is_paused_restored_and_waited_for_like_an_operand():
     c = cluster([plugin_pod()], **{PLUGIN_LABEL: "true"})
     res = run(c, "prepare")
     labels = c.nodes["n1"]["metadata"]["labels"]
-    assert res["state"] == "pod-restart-required"
+    assert res["state"] == sm.POD_RESTART_REQUIRED
     assert labels[PLUGIN_LABEL] == "paused-for-driver-upgrade"
     assert not c.pods  # its DaemonSet took the pod away: the driver is free
     last = res["transitions"][-1]["reason"]
@@ -328,7 +329,7 @@ def test_dra_kubelet_plugin_that_cannot_be_paused_refuses_before_the_cordon():
 def test_no_dra_kubelet_plugin_is_tolerated():
     c = cluster([pod("web")])
     res = run(c, "prepare")
-    assert res["state"] == "pod-restart-required"
+    assert res["state"] == sm.POD_RESTART_REQUIRED
     assert "DRA kubelet plugin" not in res["transitions"][-1]["reason"]
 
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from ansible_collections.npuops.fleet.plugins.module_utils.driver.vendor_profiles import resolve_profile
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import states as sm
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.admission import verdict
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.policy import parse_policy
 
@@ -35,11 +36,11 @@ def test_self_already_unavailable_adds_nothing():
 
 
 def test_max_parallel_upgrades():
-    nodes = [node("n0", state="drain-required"), node("n1"), node("n2")]
+    nodes = [node("n0", state=sm.DRAIN_REQUIRED), node("n1"), node("n2")]
     why = verdict(NV, parse_policy({"maxUnavailable": "100%"}), "n1", nodes)
     assert why and "maxParallelUpgrades 1" in why
     assert verdict(NV, parse_policy({"maxUnavailable": "100%", "maxParallelUpgrades": 0}), "n1", nodes) is None
-    nodes[0] = node("n0", state="upgrade-failed")
+    nodes[0] = node("n0", state=sm.UPGRADE_FAILED)
     assert verdict(NV, parse_policy({"maxUnavailable": "100%"}), "n1", nodes) is None
 
 
@@ -145,7 +146,7 @@ def test_a_wait_without_bound_gives_up_when_nothing_upgrades_that_could_free_a_l
     another node upgrades it goes on."""
     from fake_k8s import FakeLeases
 
-    failed = [node("n0", cordoned=True, state="upgrade-failed"), node("n1"), node("n2"), node("n3")]
+    failed = [node("n0", cordoned=True, state=sm.UPGRADE_FAILED), node("n1"), node("n2"), node("n3")]
     admission = _cached_then_fresh(monkeypatch, failed, failed)
     t = [0.0]
 
@@ -159,14 +160,14 @@ def test_a_wait_without_bound_gives_up_when_nothing_upgrades_that_could_free_a_l
     assert since is None and "n0" in why and "no other node has been upgrading for 60s" in why
     assert 60 <= t[0] < 70
 
-    upgrading = [node("n0", cordoned=True, state="drain-required"), node("n1"), node("n2"), node("n3")]
+    upgrading = [node("n0", cordoned=True, state=sm.DRAIN_REQUIRED), node("n1"), node("n2"), node("n3")]
     admission = _cached_then_fresh(monkeypatch, upgrading, upgrading)
     t[0] = 0.0
 
     def sleep_until_it_is_done(s):
         t[0] += s
         if t[0] > 300:  # the other upgrade ends after 5 minutes, longer than the stall limit
-            upgrading[0] = node("n0", state="upgrade-done")
+            upgrading[0] = node("n0", state=sm.UPGRADE_DONE)
 
     since, why = admission.wait_admission(
         None, admission.Slots(FakeLeases(), NV), NV, parse_policy({"maxUnavailable": 1}), "n1", "tok", None,

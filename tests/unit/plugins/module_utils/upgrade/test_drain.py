@@ -448,7 +448,7 @@ class NodePods:
 
 @pytest.fixture
 def one_shot_waits(monkeypatch):
-    def wait_for(list_fn, predicate, timeout, **kw):
+    def wait_for(list_fn, predicate, timeout, heartbeat=None, **kw):
         items = k8s_wait.list_raw(list_fn, **kw).get("items") or []
         return k8s_wait.WaitResult(predicate(items), items, 0.0)
 

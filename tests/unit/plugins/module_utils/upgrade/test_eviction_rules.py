@@ -4,6 +4,7 @@ import pytest
 from upgrade_pod_fixtures import EMPTYDIR, GPU, pod
 
 from ansible_collections.npuops.fleet.plugins.module_utils.driver.vendor_profiles import resolve_profile
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s import selectors
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import eviction_rules as er
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.policy import parse_policy
 
@@ -92,7 +93,7 @@ def test_accelerator_prefixes_per_vendor():
     ],
 )
 def test_matches_selector(selector, labels, expected):
-    assert er.matches_selector(labels, selector) is expected
+    assert selectors.matches(labels, selector) is expected
 
 
 def test_label_selector_object():
@@ -100,10 +101,10 @@ def test_label_selector_object():
         "matchLabels": {"app": "trainer"},
         "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["x"]}],
     }
-    assert er.matches_label_selector_object({"app": "trainer"}, sel)
-    assert not er.matches_label_selector_object({"app": "trainer", "tier": "x"}, sel)
-    assert er.matches_label_selector_object({"a": "b"}, {})  # policy/v1: empty selector = all pods
-    assert not er.matches_label_selector_object({"a": "b"}, None)
+    assert selectors.matches_object({"app": "trainer"}, sel)
+    assert not selectors.matches_object({"app": "trainer", "tier": "x"}, sel)
+    assert selectors.matches_object({"a": "b"}, {})  # policy/v1: empty selector = all pods
+    assert not selectors.matches_object({"a": "b"}, None)
 
 
 def test_jobs_matching_ignore_finished():

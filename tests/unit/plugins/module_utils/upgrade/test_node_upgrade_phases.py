@@ -9,6 +9,7 @@ from fake_k8s import FakeCluster, make_node
 from upgrade_pod_fixtures import EMPTYDIR, gpu_labels, on, pod
 
 from ansible_collections.npuops.fleet.plugins.module_utils.driver.vendor_profiles import resolve_profile
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import states as sm
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.node_upgrade import NodeUpgrade, UpgradeFailed
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.policy import parse_policy
 
@@ -56,7 +57,7 @@ def pdb(min_available, allowed):
 def test_prepare_then_finish_happy_path():
     c = cluster(pods=trainer_pods())
     res = run(c, "prepare", {"drain": {"enable": True}})
-    assert res["state"] == "pod-restart-required" and res["cordoned_by_upgrade"]
+    assert res["state"] == sm.POD_RESTART_REQUIRED and res["cordoned_by_upgrade"]
     assert res["evicted"] == ["gpu-drv/trainer-1"]
     node = c.nodes["n1"]
     assert node["spec"]["unschedulable"] is True
@@ -82,8 +83,8 @@ def test_prepare_then_finish_happy_path():
         on("n1", pod("dp-2", ns="gpu-drv", owner="DaemonSet", owner_name="device-plugin", node_selector={DP: "true"}))
     )
     res = run(c, "finish", target=None)  # target recorded on the node by prepare
-    assert res["state"] == "upgrade-done" and res["at_target"]
-    assert [t["to"] for t in res["transitions"]] == ["validation-required", "uncordon-required", "upgrade-done"]
+    assert res["state"] == sm.UPGRADE_DONE and res["at_target"]
+    assert [t["to"] for t in res["transitions"]] == [sm.VALIDATION_REQUIRED, sm.UNCORDON_REQUIRED, sm.UPGRADE_DONE]
     assert not node["spec"].get("unschedulable")
     assert node["metadata"]["labels"][DP] == "true"
     assert [k for k in node["metadata"]["annotations"] if k.startswith(ANN)] == [ANN + "last-transition"]
@@ -97,7 +98,7 @@ def test_operand_label_left_paused_by_a_dead_controller_is_restored_to_true():
     up = NodeUpgrade(None, NV, parse_policy({}), "n1", target_version="550.90.07", core=c, policy_api=c)
     res = up.run("prepare", None)
     node = c.nodes["n1"]
-    assert res["state"] == "pod-restart-required"
+    assert res["state"] == sm.POD_RESTART_REQUIRED
     assert json.loads(node["metadata"]["annotations"][ANN + "operand-labels-before"]) == {DP: "true", dcgm: "false"}
     assert node["metadata"]["labels"][DP] == "paused-for-driver-upgrade" and node["metadata"]["labels"][dcgm] == "false"
     assert res["transitions"][-1]["reason"].endswith(
@@ -119,7 +120,7 @@ def test_operand_label_left_paused_by_a_dead_controller_is_restored_to_true():
         }
     )
     res = run(c, "finish", target=None)
-    assert res["state"] == "upgrade-done"
+    assert res["state"] == sm.UPGRADE_DONE
     assert node["metadata"]["labels"][DP] == "true"
     assert node["metadata"]["labels"][dcgm] == "false"
 
@@ -132,7 +133,7 @@ def test_operand_pod_that_does_not_leave_aborts_and_restores():
     assert "gpu-drv/dp-1" in str(err.value)
     node = c.nodes["n1"]
     assert node["metadata"]["labels"][DP] == "true" and not node["spec"].get("unschedulable")
-    assert node["metadata"]["labels"][STATE] == "upgrade-failed"
+    assert node["metadata"]["labels"][STATE] == sm.UPGRADE_FAILED
 
 
 def test_pdb_refusal_names_pdb_and_restores_schedulability_c13():
@@ -143,13 +144,13 @@ def test_pdb_refusal_names_pdb_and_restores_schedulability_c13():
     msg = str(err.value)
     assert "gpu-drv/trainer-pdb" in msg and "gpu-drv/trainer-1" in msg and "uncordoned" in msg
     node = c.nodes["n1"]
-    assert not node["spec"].get("unschedulable") and node["metadata"]["labels"][STATE] == "upgrade-failed"
+    assert not node["spec"].get("unschedulable") and node["metadata"]["labels"][STATE] == sm.UPGRADE_FAILED
     assert ANN + "unschedulable-before" not in node["metadata"]["annotations"]
     assert c.events[-1]["type"] == "Warning"
     # PDB relaxed: prepare retries from upgrade-failed and succeeds.
     c.pdbs = [pdb(3, 1)]
     res = run(c, "prepare", {"drain": {"enable": True, "timeoutSeconds": 1}})
-    assert res["state"] == "pod-restart-required" and res["previous_state"] == "upgrade-failed"
+    assert res["state"] == sm.POD_RESTART_REQUIRED and res["previous_state"] == sm.UPGRADE_FAILED
     assert "retry after upgrade-failed" in res["transitions"][0]["reason"]
 
 
@@ -183,7 +184,7 @@ def test_eviction_refused_for_two_pdbs_names_them():
         "gpu-drv/pdb-a, gpu-drv/pdb-b; eviction of pod gpu-drv/trainer-1 refused: HTTP 500: This pod has more "
         "than one PodDisruptionBudget, which the eviction subresource does not support." in msg
     )
-    assert c.nodes["n1"]["metadata"]["labels"][STATE] == "upgrade-failed"
+    assert c.nodes["n1"]["metadata"]["labels"][STATE] == sm.UPGRADE_FAILED
     assert [p["metadata"]["name"] for p in c.pods] == ["trainer-1"]
 
 
@@ -220,7 +221,7 @@ def test_admin_cordoned_node_is_never_uncordoned_c15():
         }
     )
     res = run(c, "finish")
-    assert res["state"] == "upgrade-done" and c.nodes["n1"]["spec"]["unschedulable"] is True
+    assert res["state"] == sm.UPGRADE_DONE and c.nodes["n1"]["spec"]["unschedulable"] is True
     assert "left cordoned" in res["transitions"][-1]["reason"]
 
 
@@ -245,16 +246,16 @@ def test_at_target_is_done_without_disruption_c16():
             "nvidia.com/cuda.driver.major": "550",
             "nvidia.com/cuda.driver.minor": "90",
             "nvidia.com/cuda.driver.rev": "7",
-            STATE: "upgrade-required",
+            STATE: sm.UPGRADE_REQUIRED,
         }
     )
     res = run(c, "prepare")
-    assert res["state"] == "upgrade-done" and not res["host_work_required"]
+    assert res["state"] == sm.UPGRADE_DONE and not res["host_work_required"]
     assert not c.nodes["n1"]["spec"].get("unschedulable")
     # Not at target: an upgrade-required label never jumps to done.
-    c2 = cluster(**{STATE: "upgrade-required"})
+    c2 = cluster(**{STATE: sm.UPGRADE_REQUIRED})
     res = run(c2, "prepare", check=True)
-    assert res["transitions"][-1]["to"] == "pod-restart-required" and res["host_work_required"]
+    assert res["transitions"][-1]["to"] == sm.POD_RESTART_REQUIRED and res["host_work_required"]
 
 
 def test_check_mode_changes_nothing():
@@ -284,9 +285,9 @@ def test_reboot_and_fail_phases():
     c = cluster()
     run(c, "prepare")
     res = run(c, "reboot")
-    assert res["state"] == "reboot-required"
+    assert res["state"] == sm.REBOOT_REQUIRED
     res = run(c, "fail", reason="reboot timed out")
-    assert res["state"] == "upgrade-failed" and c.nodes["n1"]["spec"]["unschedulable"] is True
+    assert res["state"] == sm.UPGRADE_FAILED and c.nodes["n1"]["spec"]["unschedulable"] is True
     assert json.loads(c.nodes["n1"]["metadata"]["annotations"][ANN + "last-transition"])["reason"] == "reboot timed out"
     res = run(c, "fail", reason="reboot timed out")
     assert not res["changed"]
@@ -307,10 +308,10 @@ def test_a_run_that_lost_its_lease_marks_only_a_node_it_moved_last():
     c.nodes["n1"]["metadata"]["annotations"][ANN + "last-transition"] = json.dumps(json_b)
     with pytest.raises(UpgradeConflict, match="last moved by run run-B"):
         run(c, "fail", reason="lost its lease", run_id="run-A", own_run_only=True)
-    assert c.nodes["n1"]["metadata"]["labels"][STATE] == "reboot-required"
+    assert c.nodes["n1"]["metadata"]["labels"][STATE] == sm.REBOOT_REQUIRED
     # still A's: marked upgrade-failed, cordoned
     res = run(c, "fail", reason="lost its lease", run_id="run-B", own_run_only=True)
-    assert res["state"] == "upgrade-failed" and c.nodes["n1"]["spec"]["unschedulable"] is True
+    assert res["state"] == sm.UPGRADE_FAILED and c.nodes["n1"]["spec"]["unschedulable"] is True
     # without a run id nothing can be proven to be ours
     with pytest.raises(UpgradeConflict):
         run(c, "fail", reason="x", own_run_only=True)
@@ -329,30 +330,30 @@ def test_finish_validation_timeout_keeps_node_cordoned_c16():
         run(c, "finish", validation_timeout=1)  # driver label still 535.183.06
     assert "driver label says 535.183.06, target is 550.90.07" in str(err.value)
     node = c.nodes["n1"]
-    assert node["metadata"]["labels"][STATE] == "upgrade-failed" and node["spec"]["unschedulable"] is True
+    assert node["metadata"]["labels"][STATE] == sm.UPGRADE_FAILED and node["spec"]["unschedulable"] is True
 
 
 def test_wait_for_jobs_timeout_proceeds_with_a_warning():
     c = cluster(pods=[on("n1", pod("job-1", labels={"job": "train"}))])
     res = run(c, "prepare", {"waitForCompletion": {"podSelector": "job=train", "timeoutSeconds": 1}})
-    assert res["state"] == "pod-restart-required"
-    wait_step = [t for t in res["transitions"] if t["from"] == "wait-for-jobs-required"][0]
+    assert res["state"] == sm.POD_RESTART_REQUIRED
+    wait_step = [t for t in res["transitions"] if t["from"] == sm.WAIT_FOR_JOBS_REQUIRED][0]
     assert "timed out" in wait_step["reason"] and "default/job-1" in wait_step["reason"]
 
 
 def test_transition_ops_guard_the_state_label():
     from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.record import transition_ops
 
-    node = {"metadata": {"labels": {STATE: "drain-required"}, "annotations": {"a/b": "1"}}}
-    ops = transition_ops(node, STATE, "drain-required", "pod-restart-required", {"a/b": None, "x/y": "2"})
+    node = {"metadata": {"labels": {STATE: sm.DRAIN_REQUIRED}, "annotations": {"a/b": "1"}}}
+    ops = transition_ops(node, STATE, sm.DRAIN_REQUIRED, sm.POD_RESTART_REQUIRED, {"a/b": None, "x/y": "2"})
     assert ops[0] == {
         "op": "test",
         "path": "/metadata/labels/nvidia.com~1gpu-driver-upgrade-state",
-        "value": "drain-required",
+        "value": sm.DRAIN_REQUIRED,
     }
     assert {"op": "remove", "path": "/metadata/annotations/a~1b"} in ops
     assert {"op": "add", "path": "/metadata/annotations/x~1y", "value": "2"} in ops
-    bare = transition_ops({"metadata": {"labels": {}}}, STATE, "", "upgrade-required", {"k": "v", "gone": None})
+    bare = transition_ops({"metadata": {"labels": {}}}, STATE, "", sm.UPGRADE_REQUIRED, {"k": "v", "gone": None})
     assert bare[-1] == {"op": "add", "path": "/metadata/annotations", "value": {"k": "v"}}
 
 
@@ -360,18 +361,18 @@ def test_concurrent_state_change_is_detected():
     c = cluster()
     up = NodeUpgrade(None, NV, parse_policy({}), "n1", target_version="550.90.07", core=c, policy_api=c)
     up.node = json.loads(json.dumps(c.nodes["n1"]))
-    up.state = "drain-required"  # this run believes drain-required; the node says otherwise
-    c.nodes["n1"]["metadata"]["labels"][STATE] = "upgrade-failed"
+    up.state = sm.DRAIN_REQUIRED  # this run believes drain-required; the node says otherwise
+    c.nodes["n1"]["metadata"]["labels"][STATE] = sm.UPGRADE_FAILED
     with pytest.raises(UpgradeFailed) as err:
-        up._transition("pod-restart-required", "x")
+        up._transition(sm.POD_RESTART_REQUIRED, "x")
     assert "changed from drain-required to upgrade-failed meanwhile" in str(err.value)
-    assert c.nodes["n1"]["metadata"]["labels"][STATE] == "upgrade-failed"
+    assert c.nodes["n1"]["metadata"]["labels"][STATE] == sm.UPGRADE_FAILED
 
 
 def test_resume_past_cordon_recordons_an_uncordoned_node():
-    c = cluster(**{STATE: "drain-required"})  # e.g. killed after an abort had already uncordoned
+    c = cluster(**{STATE: sm.DRAIN_REQUIRED})  # e.g. killed after an abort had already uncordoned
     res = run(c, "prepare", {"drain": {"enable": True}})
-    assert res["state"] == "pod-restart-required" and res["cordoned_by_upgrade"]
+    assert res["state"] == sm.POD_RESTART_REQUIRED and res["cordoned_by_upgrade"]
     assert c.nodes["n1"]["spec"]["unschedulable"] is True
 
 
@@ -405,7 +406,7 @@ def test_reboot_validation_needs_a_new_boot_id():
         }
     )
     res = run(c2, "finish")
-    assert res["state"] == "upgrade-done"
+    assert res["state"] == sm.UPGRADE_DONE
     assert ANN + "boot-id-before" not in c2.nodes["n1"]["metadata"]["annotations"]
 
 

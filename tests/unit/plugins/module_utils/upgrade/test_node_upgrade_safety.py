@@ -14,6 +14,7 @@ from upgrade_pod_fixtures import GPU, gpu_labels, on, pod
 
 from ansible_collections.npuops.fleet.plugins.module_utils.driver.vendor_profiles import resolve_profile
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import admission
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import states as sm
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.node_upgrade import (
     NodeUpgrade,
     UpgradeConflict,
@@ -71,9 +72,9 @@ def test_two_runs_racing_on_a_fresh_node_exactly_one_starts():
     for up in (a, b):
         up.node = json.loads(c.read_node("n1").data)
         up.state = ""
-    a._transition("upgrade-required", "a")
+    a._transition(sm.UPGRADE_REQUIRED, "a")
     with pytest.raises(UpgradeConflict, match="changed from \\(none\\) to upgrade-required"):
-        b._transition("upgrade-required", "b")
+        b._transition(sm.UPGRADE_REQUIRED, "b")
     assert json.loads(c.nodes["n1"]["metadata"]["annotations"][ANN + "last-transition"])["reason"] == "a"
 
 
@@ -83,8 +84,8 @@ def test_unrelated_write_between_read_and_transition_is_retried():
     up.node = json.loads(c.read_node("n1").data)
     up.state = ""
     c.bump("n1")  # a heartbeat: same state label and last transition, newer resourceVersion
-    up._transition("upgrade-required", "start")
-    assert c.nodes["n1"]["metadata"]["labels"][STATE] == "upgrade-required"
+    up._transition(sm.UPGRADE_REQUIRED, "start")
+    assert c.nodes["n1"]["metadata"]["labels"][STATE] == sm.UPGRADE_REQUIRED
 
 
 # ---- admission through the slot record ------------------------------------------------------------
@@ -122,15 +123,15 @@ def test_concurrent_admissions_never_exceed_max_unavailable():
 def test_upgrade_required_counts_as_taken_and_slot_is_released_after_start():
     c = cluster()
     leases = FakeLeases()
-    c.nodes["n2"]["metadata"]["labels"][STATE] = "upgrade-required"
-    c.nodes["n2"]["metadata"]["annotations"][ANN + "last-transition"] = json.dumps({"to": "upgrade-required"})
+    c.nodes["n2"]["metadata"]["labels"][STATE] = sm.UPGRADE_REQUIRED
+    c.nodes["n2"]["metadata"]["annotations"][ANN + "last-transition"] = json.dumps({"to": sm.UPGRADE_REQUIRED})
     policy = {"maxParallelUpgrades": 1, "maxUnavailable": "100%"}
     with pytest.raises(UpgradeFailed, match="maxParallelUpgrades 1 reached: upgrading now: n2"):
         upgrade(c, policy=policy, leases=leases, admission_timeout=0.01).run("prepare")
     assert STATE not in c.nodes["n1"]["metadata"]["labels"]
-    c.nodes["n2"]["metadata"]["labels"][STATE] = "upgrade-done"
+    c.nodes["n2"]["metadata"]["labels"][STATE] = sm.UPGRADE_DONE
     res = upgrade(c, policy=policy, leases=leases).run("prepare")
-    assert res["state"] == "pod-restart-required"
+    assert res["state"] == sm.POD_RESTART_REQUIRED
     lease = leases.leases[("kube-system", "npuops-fleet-admission-nvidia")]
     assert json.loads(lease["metadata"]["annotations"][admission.SLOTS_ANNOTATION]) == {}
 
@@ -169,7 +170,7 @@ def test_unexpected_api_error_after_cordon_aborts_and_restores():
         upgrade(c).run("prepare")
     assert "ml/gpu-job" in str(err.value) and "deny-gpu-job" in str(err.value)
     node = c.nodes["n1"]
-    assert node["metadata"]["labels"][STATE] == "upgrade-failed"
+    assert node["metadata"]["labels"][STATE] == sm.UPGRADE_FAILED
     assert not node["spec"].get("unschedulable")  # schedulability restored as recorded
     assert any(e["type"] == "Warning" for e in c.events)
 
@@ -184,7 +185,7 @@ def test_non_api_exception_in_a_step_goes_through_the_abort_path(monkeypatch):
     monkeypatch.setattr(up, "_wait_for_jobs", boom)
     with pytest.raises(UpgradeFailed, match="unexpected error in wait-for-jobs-required: ValueError"):
         up.run("prepare")
-    assert c.nodes["n1"]["metadata"]["labels"][STATE] == "upgrade-failed"
+    assert c.nodes["n1"]["metadata"]["labels"][STATE] == sm.UPGRADE_FAILED
     assert not c.nodes["n1"]["spec"].get("unschedulable")
 
 
@@ -198,7 +199,7 @@ def test_skip_label_mid_upgrade_does_not_stop_finish():
     c.nodes["n1"]["metadata"]["labels"].update(gpu_labels("550.90.07"))
     up = upgrade(c)
     res = up.run("finish")
-    assert res["state"] == "upgrade-done" and not res["skipped"]
+    assert res["state"] == sm.UPGRADE_DONE and not res["skipped"]
     assert not c.nodes["n1"]["spec"].get("unschedulable")
     assert any("honoured only before an upgrade starts" in w for w in up.warnings)
 
@@ -218,7 +219,7 @@ def test_reboot_planned_drains_fully_with_the_default_policy():
     res = upgrade(c, reboot_planned=True).run("prepare")
     assert res["evicted"] == ["shop/web-1"]
     assert "drain.enable is false" in res["full_drain"]
-    assert "drain-required" in [t["to"] for t in res["transitions"]]
+    assert sm.DRAIN_REQUIRED in [t["to"] for t in res["transitions"]]
 
 
 def test_reboot_phase_drains_what_prepare_left_and_refuses_drain_skip_pods():
@@ -230,7 +231,7 @@ def test_reboot_phase_drains_what_prepare_left_and_refuses_drain_skip_pods():
         upgrade(c).run("reboot", "boot kernel changes")
     assert "a reboot would kill them" in str(err.value)
     node = c.nodes["n1"]
-    assert node["metadata"]["labels"][STATE] == "upgrade-failed" and node["spec"]["unschedulable"]
+    assert node["metadata"]["labels"][STATE] == sm.UPGRADE_FAILED and node["spec"]["unschedulable"]
 
 
 def test_reboot_phase_evicts_before_marking_reboot_required():
@@ -238,7 +239,7 @@ def test_reboot_phase_evicts_before_marking_reboot_required():
     c = cluster(pods=[cpu])
     upgrade(c).run("prepare")
     res = upgrade(c).run("reboot", "module reload impossible")
-    assert res["state"] == "reboot-required" and res["evicted"] == ["shop/web-1"]
+    assert res["state"] == sm.REBOOT_REQUIRED and res["evicted"] == ["shop/web-1"]
     assert not c.pods
 
 
@@ -252,7 +253,7 @@ def test_terminating_gpu_pod_keeps_prepare_from_host_work():
     with pytest.raises(UpgradeFailed, match="ml/ckpt-job") as err:
         upgrade(c).run("prepare")
     assert "podDeletion.timeoutSeconds" in str(err.value)
-    assert c.nodes["n1"]["metadata"]["labels"][STATE] == "upgrade-failed"
+    assert c.nodes["n1"]["metadata"]["labels"][STATE] == sm.UPGRADE_FAILED
     assert not c.nodes["n1"]["spec"].get("unschedulable")
 
 
@@ -281,7 +282,7 @@ def test_baseline_is_recorded_once_and_a_retry_compares_with_it():
     res = retry.run("prepare")
     assert res["baseline"] == {"device_count": 8}
     assert "7 devices, 8 before" in res["baseline_mismatch"]
-    assert res["host_work_required"] and res["state"] == "pod-restart-required"
+    assert res["host_work_required"] and res["state"] == sm.POD_RESTART_REQUIRED
     assert c.nodes["n1"]["spec"]["unschedulable"]  # never back in service on labels alone
     assert json.loads(c.nodes["n1"]["metadata"]["annotations"][ANN + "devices-before"]) == {"device_count": 8}
 
@@ -292,20 +293,20 @@ def test_another_runs_transition_seen_through_a_patch_response_is_a_conflict():
     c = cluster()
     up = upgrade(c)
     up.run("status")
-    up.state = "pod-deletion-required"
-    c.nodes["n1"]["metadata"]["labels"][STATE] = "pod-restart-required"
+    up.state = sm.POD_DELETION_REQUIRED
+    c.nodes["n1"]["metadata"]["labels"][STATE] = sm.POD_RESTART_REQUIRED
     c.bump("n1")
     up.node = json.loads(c.read_node("n1").data)
     with pytest.raises(UpgradeConflict, match="changed from pod-deletion-required to pod-restart-required"):
-        up._transition("pod-restart-required", "mine")
+        up._transition(sm.POD_RESTART_REQUIRED, "mine")
 
 
 def test_upgrade_required_written_by_a_run_is_resumed_not_started_again():
     from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import states as sm
 
-    assert sm.phase_entry("prepare", "upgrade-required", False, False, admitted=True).action == "resume"
+    assert sm.phase_entry("prepare", sm.UPGRADE_REQUIRED, False, False, admitted=True).action == "resume"
     # an admin's label (operator style) is a request: admission applies
-    assert sm.phase_entry("prepare", "upgrade-required", False, False, admitted=False).action == "start"
+    assert sm.phase_entry("prepare", sm.UPGRADE_REQUIRED, False, False, admitted=False).action == "start"
 
 
 def test_requested_upgrade_required_labels_are_requests_not_admissions():
@@ -313,11 +314,11 @@ def test_requested_upgrade_required_labels_are_requests_not_admissions():
     (= 2) the requests do not count as taken: two are admitted, the third waits; nobody deadlocks."""
     c = cluster(n=8)
     for name in ("n1", "n2", "n3"):
-        c.nodes[name]["metadata"]["labels"][STATE] = "upgrade-required"
+        c.nodes[name]["metadata"]["labels"][STATE] = sm.UPGRADE_REQUIRED
     leases = FakeLeases()
     policy = {"maxUnavailable": "25%", "maxParallelUpgrades": 0}
-    assert upgrade(c, "n1", policy=policy, leases=leases).run("prepare")["state"] == "pod-restart-required"
-    assert upgrade(c, "n2", policy=policy, leases=leases).run("prepare")["state"] == "pod-restart-required"
+    assert upgrade(c, "n1", policy=policy, leases=leases).run("prepare")["state"] == sm.POD_RESTART_REQUIRED
+    assert upgrade(c, "n2", policy=policy, leases=leases).run("prepare")["state"] == sm.POD_RESTART_REQUIRED
     with pytest.raises(UpgradeFailed, match="2 of 8 nvidia nodes\\) reached: unavailable now: n1, n2"):
         upgrade(c, "n3", policy=policy, leases=leases, admission_timeout=0.01).run("prepare")
     assert not c.nodes["n3"]["spec"].get("unschedulable")
@@ -326,10 +327,10 @@ def test_requested_upgrade_required_labels_are_requests_not_admissions():
 def test_skip_labelled_admitted_node_does_not_hold_a_slot():
     c = cluster()
     leases = FakeLeases()
-    c.nodes["n2"]["metadata"]["labels"].update({STATE: "upgrade-required", NV["upgrade_skip_label"]: "true"})
-    c.nodes["n2"]["metadata"]["annotations"][ANN + "last-transition"] = json.dumps({"to": "upgrade-required"})
+    c.nodes["n2"]["metadata"]["labels"].update({STATE: sm.UPGRADE_REQUIRED, NV["upgrade_skip_label"]: "true"})
+    c.nodes["n2"]["metadata"]["annotations"][ANN + "last-transition"] = json.dumps({"to": sm.UPGRADE_REQUIRED})
     res = upgrade(c, policy={"maxParallelUpgrades": 1, "maxUnavailable": "100%"}, leases=leases).run("prepare")
-    assert res["state"] == "pod-restart-required"
+    assert res["state"] == sm.POD_RESTART_REQUIRED
 
 
 def test_a_losing_runs_abort_undoes_nothing():
@@ -339,7 +340,7 @@ def test_a_losing_runs_abort_undoes_nothing():
     upgrade(c).run("prepare")  # run A: pod-restart-required, cordoned, operands paused
     b = upgrade(c)
     b.run("status")
-    b.state = "drain-required"  # what B read before A moved on
+    b.state = sm.DRAIN_REQUIRED  # what B read before A moved on
     node_before = json.loads(json.dumps(c.nodes["n1"]))
     with pytest.raises(UpgradeConflict):
         b._abort("drain blocked")
@@ -363,8 +364,8 @@ def test_a_lost_response_to_our_own_transition_counts_as_done():
         return resp
 
     c.patch_node = lose_first_response
-    up._transition("upgrade-required", "start")
-    assert c.nodes["n1"]["metadata"]["labels"][STATE] == "upgrade-required" and up.state == "upgrade-required"
+    up._transition(sm.UPGRADE_REQUIRED, "start")
+    assert c.nodes["n1"]["metadata"]["labels"][STATE] == sm.UPGRADE_REQUIRED and up.state == sm.UPGRADE_REQUIRED
 
 
 def test_an_abort_after_host_work_keeps_the_node_cordoned_and_its_baseline():
@@ -397,31 +398,31 @@ def test_an_abort_after_a_lost_response_adopts_the_state_this_run_wrote():
     c = cluster()
     up = upgrade(c)
     up.run("status")
-    up._transition("upgrade-required", "start")
-    up._transition("cordon-required", "admitted")
+    up._transition(sm.UPGRADE_REQUIRED, "start")
+    up._transition(sm.CORDON_REQUIRED, "admitted")
     c.nodes["n1"]["spec"]["unschedulable"] = True
     c.nodes["n1"]["metadata"]["annotations"][ANN + "unschedulable-before"] = "false"
     c.bump("n1")
     stale = json.loads(json.dumps(up.node))
-    up._transition("wait-for-jobs-required", "node cordoned")
-    up.node, up.state = stale, "cordon-required"  # as if the answer to that write never arrived
+    up._transition(sm.WAIT_FOR_JOBS_REQUIRED, "node cordoned")
+    up.node, up.state = stale, sm.CORDON_REQUIRED  # as if the answer to that write never arrived
     up.last_transition_seen = stale["metadata"]["annotations"][ANN + "last-transition"]
     with pytest.raises(UpgradeFailed, match="schedulability restored .uncordoned."):
         up._abort("step failed")
-    assert c.nodes["n1"]["metadata"]["labels"][STATE] == "upgrade-failed"
+    assert c.nodes["n1"]["metadata"]["labels"][STATE] == sm.UPGRADE_FAILED
     assert not c.nodes["n1"]["spec"].get("unschedulable")
 
 
 def test_a_resumed_upgrade_required_node_waits_for_admission_again():
     c = cluster()
     leases = FakeLeases()
-    c.nodes["n1"]["metadata"]["labels"][STATE] = "upgrade-required"
-    c.nodes["n1"]["metadata"]["annotations"][ANN + "last-transition"] = json.dumps({"to": "upgrade-required"})
-    c.nodes["n2"]["metadata"]["labels"][STATE] = "drain-required"  # admitted while n1 was skip-labelled
+    c.nodes["n1"]["metadata"]["labels"][STATE] = sm.UPGRADE_REQUIRED
+    c.nodes["n1"]["metadata"]["annotations"][ANN + "last-transition"] = json.dumps({"to": sm.UPGRADE_REQUIRED})
+    c.nodes["n2"]["metadata"]["labels"][STATE] = sm.DRAIN_REQUIRED  # admitted while n1 was skip-labelled
     policy = {"maxParallelUpgrades": 1, "maxUnavailable": "100%"}
     with pytest.raises(UpgradeFailed, match="not admitted again.*maxParallelUpgrades 1 reached: upgrading now: n2"):
         upgrade(c, policy=policy, leases=leases, admission_timeout=0.01).run("prepare")
-    assert c.nodes["n1"]["metadata"]["labels"][STATE] == "upgrade-required"
+    assert c.nodes["n1"]["metadata"]["labels"][STATE] == sm.UPGRADE_REQUIRED
     assert not c.nodes["n1"]["spec"].get("unschedulable")
 
 
@@ -429,12 +430,12 @@ def test_fail_from_a_prepare_state_restores_like_an_abort():
     c = cluster()
     up = upgrade(c)
     up.run("status")
-    up._transition("upgrade-required", "start")
-    up._transition("cordon-required", "admitted")
+    up._transition(sm.UPGRADE_REQUIRED, "start")
+    up._transition(sm.CORDON_REQUIRED, "admitted")
     c.nodes["n1"]["spec"]["unschedulable"] = True
     c.nodes["n1"]["metadata"]["annotations"][ANN + "unschedulable-before"] = "false"
     res = upgrade(c).run("fail", "prepare could not finish its abort")
-    assert res["state"] == "upgrade-failed" and "schedulability restored" in res["message"]
+    assert res["state"] == sm.UPGRADE_FAILED and "schedulability restored" in res["message"]
     assert not c.nodes["n1"]["spec"].get("unschedulable")
 
 
@@ -445,7 +446,7 @@ def test_rebooting_again_from_reboot_required_records_the_current_boot():
     upgrade(c).run("reboot", "kernel changes")
     c.nodes["n1"]["status"]["nodeInfo"]["bootID"] = "boot-1"  # the killed run's reboot happened
     res = upgrade(c).run("reboot", "resuming")
-    assert res["state"] == "reboot-required"
+    assert res["state"] == sm.REBOOT_REQUIRED
     assert c.nodes["n1"]["metadata"]["annotations"][ANN + "boot-id-before"] == "boot-1"
 
 
@@ -478,13 +479,13 @@ def test_a_state_written_by_someone_else_while_waiting_for_admission_is_theirs(m
 
     def admitted_after_their_write(*a, **kw):
         got = real(*a, **kw)
-        c.nodes["n1"]["metadata"]["labels"][STATE] = "cordon-required"
+        c.nodes["n1"]["metadata"]["labels"][STATE] = sm.CORDON_REQUIRED
         return got
 
     monkeypatch.setattr(admission, "wait_admission", admitted_after_their_write)
     with pytest.raises(UpgradeConflict, match="while it waited for admission"):
         upgrade(c, leases=leases).run("prepare")
-    assert c.nodes["n1"]["metadata"]["labels"][STATE] == "cordon-required"
+    assert c.nodes["n1"]["metadata"]["labels"][STATE] == sm.CORDON_REQUIRED
     assert not c.nodes["n1"]["spec"].get("unschedulable")
     slots = admission.Slots(leases, NV)
     assert slots.live(slots.read()) == {}

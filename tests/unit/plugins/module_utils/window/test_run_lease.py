@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.npuops.fleet.plugins.module_utils.k8s.lease import LeaseHeldError
-from ansible_collections.npuops.fleet.plugins.module_utils.window.run_lease import LeaseKeepalive, LeaseLost
+from ansible_collections.npuops.fleet.plugins.module_utils.k8s.lease import LeaseHeldError, LeaseLostError
+from ansible_collections.npuops.fleet.plugins.module_utils.window.run_lease import LeaseKeepalive
 
 
 class Clock:
@@ -49,7 +49,7 @@ def test_renews_every_third_of_the_ttl():
 
 def test_another_holder_stops_the_run():
     mgr = Manager([LeaseHeldError("lease kube-system/x is held by other/run-2", {})])
-    with pytest.raises(LeaseLost, match="other/run-2"):
+    with pytest.raises(LeaseLostError, match="other/run-2"):
         LeaseKeepalive(mgr, "ctl/run-1", 90, clock=Clock()).tick()
 
 
@@ -61,7 +61,7 @@ def test_transient_errors_are_tolerated_until_two_thirds_of_the_ttl():
         ka.tick()
         clock.t += 10
     # 40 s = 2/3 of the 60 s TTL: stop before another run (another clock) may see it expired
-    with pytest.raises(LeaseLost, match="40 s"):
+    with pytest.raises(LeaseLostError, match="40 s"):
         ka.tick()
 
 
@@ -75,14 +75,16 @@ def test_the_deadline_counts_from_the_control_nodes_last_renewal():
     clock.t += 10
     ka.tick()  # 30 s since the renewal
     clock.t += 10
-    with pytest.raises(LeaseLost, match="40 s"):
+    with pytest.raises(LeaseLostError, match="40 s"):
         ka.tick()
 
 
-def test_a_lost_lease_is_a_conflict_so_nothing_is_undone():
-    from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.states import UpgradeConflict
-
-    assert issubclass(LeaseLost, UpgradeConflict)
+def test_a_lost_lease_is_the_one_lease_lost_error():
+    # what a node upgrade makes of it (a conflict: nothing undone) is upgrade/test_lease_lost.py's
+    mgr = Manager([LeaseLostError("lease kube-system/x is gone", {})])
+    with pytest.raises(LeaseLostError, match="is gone") as err:
+        LeaseKeepalive(mgr, "ctl/run-1", 60, clock=Clock()).tick()
+    assert isinstance(err.value.__cause__, LeaseLostError)
 
 
 def test_other_errors_propagate():
