@@ -633,7 +633,7 @@ def read_many(node_upgrade, upgrade_failed, api_client, p, check_mode, keepalive
         except InputError as exc:
             result = {"failed": True, "msg": str(exc)}
         except upgrade_failed as exc:
-            result = dict(upgrade.result, failed=True, msg=str(exc))
+            result = dict(upgrade.result if upgrade is not None else {}, failed=True, msg=str(exc))
             result.pop("message", None)
         except Exception as exc:  # noqa: BLE001 - this entry's error; the others go on, or say not read
             result = dict(upgrade.result) if upgrade is not None else {}

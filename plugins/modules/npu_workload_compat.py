@@ -176,6 +176,7 @@ kube_auth:
 
 import time
 import traceback
+from typing import Any
 
 from ansible_collections.npuops.fleet.plugins.module_utils.driver.vendor_profiles import (
     PROFILE_ARG_SPEC,
@@ -248,7 +249,7 @@ class WorkloadCompat:
         from kubernetes import client as k8s
 
         core, apps, batch = k8s.CoreV1Api(api_client), k8s.AppsV1Api(api_client), k8s.BatchV1Api(api_client)
-        calls = {
+        calls: dict[str, tuple[Any, Any]] = {
             "nodes": (core.list_node, None),
             "pods": (core.list_pod_for_all_namespaces, core.list_namespaced_pod),
             "deployments": (apps.list_deployment_for_all_namespaces, apps.list_namespaced_deployment),

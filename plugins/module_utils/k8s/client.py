@@ -168,7 +168,7 @@ def get_api_client_and_source(
             if source is not None:
                 context = _param(params, "context")
                 kube_auth.update(source=source, kubeconfig=value)
-                kube_auth["context"] = _load_kubeconfig(source, value, context, configuration)
+                kube_auth["context"] = _load_kubeconfig(source, value or "", context, configuration)
             elif os.environ.get("KUBERNETES_SERVICE_HOST"):
                 k8s_config.load_incluster_config(client_configuration=configuration)
                 kube_auth["source"] = SOURCE_IN_CLUSTER

@@ -190,8 +190,9 @@ def renewed_since(now: Optional[Mapping[str, Any]], read: Optional[Mapping[str, 
     return t_now is not None and (t_old is None or t_now > t_old)
 
 
-def refuse_message(name: str, namespace: str, st: Mapping[str, Any], now: dt.datetime) -> str:
-    exp = parse_time(st["expires"])
+def refuse_message(name: str, namespace: str, st: Optional[Mapping[str, Any]], now: dt.datetime) -> str:
+    st = st or {}
+    exp = parse_time(st.get("expires"))
     left = int((exp - now).total_seconds()) if exp else 0
     return (
         "lease %s/%s is held by %s since %s (renewed %s, expires %s, in %ds); another run is in its "
@@ -345,7 +346,7 @@ class LeaseManager:
                         "lease": lease}
             if check_mode:
                 return {"action": "release", "changed": True, "previous": decision["state"], "lease": lease}
-            rv = (lease.get("metadata") or {}).get("resourceVersion")
+            rv = ((lease or {}).get("metadata") or {}).get("resourceVersion")
             attempts = k8s_retry.Attempts()
             try:
                 self._call(

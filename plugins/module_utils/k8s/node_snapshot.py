@@ -98,7 +98,7 @@ class NodeSnapshot:
         self.presence = profile["presence_label"]
         self.selector = "%s=true" % self.presence
         self.busy_selector = "%s,%s in (%s)" % (self.selector, profile["upgrade_state_label"], ",".join(states))
-        self.api = getattr(core, "api_client", None)
+        self.api: Any = getattr(core, "api_client", None)
         self.max_age = max_age
         self.clock = clock
         self.bytes = 0

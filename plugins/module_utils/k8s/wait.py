@@ -21,7 +21,7 @@ from ansible_collections.npuops.fleet.plugins.module_utils.k8s import retry as k
 try:
     from kubernetes import watch as k8s_watch
 except ImportError:  # pragma: no cover - reported by the module
-    k8s_watch = None
+    k8s_watch = None  # type: ignore[assignment]  # the module says kubernetes is missing
 
 WATCH_CHUNK = 50  # seconds per watch request; the server closes it, we relist and go on
 

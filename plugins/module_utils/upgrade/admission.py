@@ -23,7 +23,7 @@ import os
 import socket
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ansible_collections.npuops.fleet.plugins.module_utils.errors import FleetError
 from ansible_collections.npuops.fleet.plugins.module_utils.k8s import retry as k8s_retry
@@ -91,7 +91,7 @@ def verdict(
     profile: Mapping[str, Any],
     policy: Any,
     node_name: str,
-    nodes: list[Mapping[str, Any]],
+    nodes: Sequence[Mapping[str, Any]],
     admitted_elsewhere: frozenset[str] | set[str] = frozenset(),
 ) -> Optional[str]:
     """None when ``node_name`` may start; otherwise the reason it must wait (pure).

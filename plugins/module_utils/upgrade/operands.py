@@ -23,7 +23,7 @@ the node: nothing to do.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from ansible_collections.npuops.fleet.plugins.module_utils.k8s import selectors
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.eviction_rules import (
@@ -79,12 +79,17 @@ def restore_plan(labels: Mapping[str, str], before: Mapping[str, str]) -> dict[s
     return {k: v for k, v in before.items() if labels.get(k) != v}
 
 
+def _controller_name(pod: Mapping[str, Any]) -> str:
+    """Name of the controller of a pod the callers already know is owned (operand / DRA DaemonSet pods)."""
+    return (controller_of(pod) or {})["name"]
+
+
 def operand_daemonsets(profile: Mapping[str, Any], pods: list[Mapping[str, Any]]) -> list[str]:
     """``ns/name`` of the DaemonSets whose operand pods are on the node."""
     found = set()
     for pod in pods:
         if is_operand_pod(pod, profile):
-            found.add("%s/%s" % (pod["metadata"]["namespace"], controller_of(pod)["name"]))
+            found.add("%s/%s" % (pod["metadata"]["namespace"], _controller_name(pod)))
     return sorted(found)
 
 
@@ -98,7 +103,7 @@ def paused_operand_pods(profile: Mapping[str, Any], pods: list[Mapping[str, Any]
     return sorted(left)
 
 
-def missing_operands(daemonsets: list[str], pods: list[Mapping[str, Any]]) -> list[str]:
+def missing_operands(daemonsets: list[str], pods: Sequence[Mapping[str, Any]]) -> list[str]:
     """Recorded operand DaemonSets without a Running and Ready pod on the node (validation)."""
     ready = set()
     for pod in pods:
@@ -123,7 +128,7 @@ def dra_plugin_pods(profile: Mapping[str, Any], pods: list[Mapping[str, Any]]) -
 def dra_plugin_daemonsets(profile: Mapping[str, Any], pods: list[Mapping[str, Any]]) -> list[str]:
     """``ns/name`` of the DaemonSets of the DRA kubelet plugin pods on the node, sorted."""
     return sorted({
-        "%s/%s" % (p["metadata"]["namespace"], controller_of(p)["name"]) for p in dra_plugin_pods(profile, pods)
+        "%s/%s" % (p["metadata"]["namespace"], _controller_name(p)) for p in dra_plugin_pods(profile, pods)
     })
 
 
@@ -136,5 +141,5 @@ def unpausable_dra_plugins(profile: Mapping[str, Any], pods: list[Mapping[str, A
         selector = (p.get("spec") or {}).get("nodeSelector") or {}
         if is_terminating(p) or operand_label_keys(profile, selector):
             continue
-        out.append("%s (DaemonSet %s/%s)" % (pod_ref(p), p["metadata"]["namespace"], controller_of(p)["name"]))
+        out.append("%s (DaemonSet %s/%s)" % (pod_ref(p), p["metadata"]["namespace"], _controller_name(p)))
     return sorted(out)

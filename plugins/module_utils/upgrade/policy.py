@@ -148,8 +148,9 @@ def _to_selector(path: str, value: Any) -> str:
 
 
 def _max_unavailable(path: str, value: Any) -> Any:
-    if isinstance(value, str) and _PERCENT.match(value):
-        pct = int(_PERCENT.match(value).group(1))
+    pct_match = _PERCENT.match(value) if isinstance(value, str) else None
+    if pct_match:
+        pct = int(pct_match.group(1))
         if pct > 100:
             raise PolicyError("%s must be at most 100%%, got %r" % (path, value))
         return "%d%%" % pct
@@ -215,8 +216,9 @@ def parse_policy(raw: Optional[Mapping[str, Any]]) -> UpgradePolicy:
 def max_unavailable_count(value: Any, total_nodes: int) -> int:
     """Nodes allowed to be unavailable: percent of ``total_nodes`` rounded up (as the operators
     scale an IntOrString), never below 1 so that an upgrade can always start."""
-    if isinstance(value, str) and _PERCENT.match(value):
-        count = math.ceil(total_nodes * int(_PERCENT.match(value).group(1)) / 100.0)
+    pct_match = _PERCENT.match(value) if isinstance(value, str) else None
+    if pct_match:
+        count = math.ceil(total_nodes * int(pct_match.group(1)) / 100.0)
     else:
         count = int(value)
     return max(1, count)
