@@ -254,11 +254,11 @@ def argument_spec():
 def read_node(module: K8sModule, name: str) -> tuple[dict, dict]:
     """GET the node (the collection's one node reader, with its transient-error retry):
     ``(labels, status.nodeInfo)``; fails the task on any error (with kube_auth once the client is built)."""
+    api_client = module.client()  # first: it fails the task with the usual message when kubernetes is missing
     from kubernetes import client as k8s
 
     from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.record import read_node as get_node
 
-    api_client = module.client()
     try:
         data = get_node(k8s.CoreV1Api(api_client), name)
     except k8s.ApiException as exc:

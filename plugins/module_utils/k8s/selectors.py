@@ -17,7 +17,9 @@ A selector *string* (``kubectl -l``, ``drain.podSelector``, the profile's
     <values>      ::= VALUE | VALUE "," <values>
 
 KEY: ``[A-Za-z0-9./_-]+`` (prefix/name); VALUE: ``[A-Za-z0-9._-]*``; blanks around tokens are
-ignored. The requirements are ANDed; the empty selector matches everything.
+ignored. The requirements are ANDed; the empty selector matches everything. Two leniencies against
+``labels.Parse``: blank terms (``a=x,``, ``a=x,,b``) are dropped rather than refused, and keys and values
+are not checked for length or first/last character (the API server checks the objects that carry them).
 
 A selector *object* (metav1.LabelSelector: ``{matchLabels, matchExpressions}``, a PDB's
 ``spec.selector``) is read as ``metav1.LabelSelectorAsSelector`` reads it: every ``matchLabels``
@@ -90,7 +92,8 @@ def parse_term(term: str) -> Requirement:
     """One requirement of the grammar above; ValueError("invalid label selector term ...") if not."""
     m = _SET_TERM.match(term)
     if m:
-        values = frozenset(v.strip() for v in m.group(3).split(",") if v.strip())
+        # as labels.Parse: an empty entry is the value "" (``in ()`` is ``in ("")``)
+        values = frozenset(v.strip() for v in m.group(3).split(","))
         return Requirement(m.group(1), "In" if m.group(2) == "in" else "NotIn", values)
     m = _EQ_TERM.match(term)
     if m:

@@ -3,5 +3,7 @@
 # Do not use it from other collections or standalone plugins/modules!
 """One node's upgrade: the upgrade-state names and their transitions (states), the typed policy,
 admission (maxParallelUpgrades / maxUnavailable), cordon, PDB-aware drain and eviction rules,
-operands, validation, the per-node record, and NodeUpgrade, which dispatches the phases
-(prepare, pod removal, finish). Imports k8s/, driver/, fleet/ and errors.py; never host/."""
+operands, validation, the per-node record, and NodeUpgrade, which routes a call to its phase
+(start and prepare, pod removal, reboot, finish and fail, status: functions of one UpgradeContext,
+context.py, and its guarded writes, transitions.py). Imports k8s/, driver/, fleet/ and errors.py;
+never host/."""

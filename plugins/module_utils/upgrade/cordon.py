@@ -35,7 +35,7 @@ def cordon(core: Any, profile: Mapping[str, Any], node: Mapping[str, Any], check
     """Record prior schedulability (once) and cordon; returns the node after the change."""
     key = annotation_key(profile, node_record.UNSCHEDULABLE_BEFORE)
     body: dict[str, Any] = {}
-    if key not in node_record.annotations(node):
+    if key not in node_record.annotations_of(node):
         body["metadata"] = {"annotations": {key: "true" if is_cordoned(node) else "false"}}
     if not is_cordoned(node):
         body["spec"] = {"unschedulable": True}
@@ -54,7 +54,7 @@ def restore(
 ) -> tuple[dict[str, Any], bool]:
     """Put schedulability back as recorded and drop the record. Returns (node, uncordoned)."""
     key = annotation_key(profile, node_record.UNSCHEDULABLE_BEFORE)
-    recorded = node_record.annotations(node).get(key)
+    recorded = node_record.annotations_of(node).get(key)
     if recorded is None:
         return dict(node), False
     uncordon = recorded == "false" and is_cordoned(node)

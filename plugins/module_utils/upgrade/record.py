@@ -50,7 +50,7 @@ def now_iso() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def annotations(node: Mapping[str, Any]) -> dict[str, str]:
+def annotations_of(node: Mapping[str, Any]) -> dict[str, str]:
     return dict((node.get("metadata") or {}).get("annotations") or {})
 
 
@@ -59,7 +59,7 @@ def labels(node: Mapping[str, Any]) -> dict[str, str]:
 
 
 def get_annotation(profile: Mapping[str, Any], node: Mapping[str, Any], suffix: str) -> Optional[str]:
-    return annotations(node).get(annotation_key(profile, suffix))
+    return annotations_of(node).get(annotation_key(profile, suffix))
 
 
 def get_json_annotation(profile: Mapping[str, Any], node: Mapping[str, Any], suffix: str) -> Any:
@@ -73,7 +73,7 @@ def get_json_annotation(profile: Mapping[str, Any], node: Mapping[str, Any], suf
 
 
 def has_bookkeeping(profile: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
-    anns = annotations(node)
+    anns = annotations_of(node)
     return any(annotation_key(profile, s) in anns for s in (UNSCHEDULABLE_BEFORE, OPERAND_LABELS_BEFORE))
 
 

@@ -140,3 +140,12 @@ def test_vendor_profile_check_accepts_the_parsers_language(term):
     except ValueError:
         parsed = False
     assert bool(vendor_profiles._SELECTOR_TERM.match(term)) is parsed
+
+
+def test_an_empty_value_in_a_set_is_the_value_empty_string_as_in_apimachinery():
+    # labels.Parse: "key in ()" and "key in (a,,b)" carry the value ""
+    assert selectors.matches({"k": ""}, "k in ()")
+    assert not selectors.matches({"k": "a"}, "k in ()")
+    assert selectors.matches({"k": ""}, "k in (a,,b)")
+    assert not selectors.matches({"k": ""}, "k notin (a,,b)")
+    assert selectors.matches({"k": "c"}, "k notin ()")

@@ -360,11 +360,11 @@ def test_transition_ops_guard_the_state_label():
 def test_concurrent_state_change_is_detected():
     c = cluster()
     up = NodeUpgrade(None, NV, parse_policy({}), "n1", target_version="550.90.07", core=c, policy_api=c)
-    up.node = json.loads(json.dumps(c.nodes["n1"]))
-    up.state = sm.DRAIN_REQUIRED  # this run believes drain-required; the node says otherwise
+    up.ctx.node = json.loads(json.dumps(c.nodes["n1"]))
+    up.ctx.state = sm.DRAIN_REQUIRED  # this run believes drain-required; the node says otherwise
     c.nodes["n1"]["metadata"]["labels"][STATE] = sm.UPGRADE_FAILED
     with pytest.raises(UpgradeFailed) as err:
-        up._transition(sm.POD_RESTART_REQUIRED, "x")
+        up.transitions.transition(sm.POD_RESTART_REQUIRED, "x")
     assert "changed from drain-required to upgrade-failed meanwhile" in str(err.value)
     assert c.nodes["n1"]["metadata"]["labels"][STATE] == sm.UPGRADE_FAILED
 

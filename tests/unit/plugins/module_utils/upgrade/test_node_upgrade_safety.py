@@ -13,7 +13,7 @@ from kubernetes.client.rest import ApiException
 from upgrade_pod_fixtures import GPU, gpu_labels, on, pod
 
 from ansible_collections.npuops.fleet.plugins.module_utils.driver.vendor_profiles import resolve_profile
-from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import admission
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import admission, prepare
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import states as sm
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.node_upgrade import (
     NodeUpgrade,
@@ -70,21 +70,21 @@ def test_two_runs_racing_on_a_fresh_node_exactly_one_starts():
     a, b = upgrade(c), upgrade(c)
     # Both read the node (no state label) before either writes.
     for up in (a, b):
-        up.node = json.loads(c.read_node("n1").data)
-        up.state = ""
-    a._transition(sm.UPGRADE_REQUIRED, "a")
+        up.ctx.node = json.loads(c.read_node("n1").data)
+        up.ctx.state = ""
+    a.transitions.transition(sm.UPGRADE_REQUIRED, "a")
     with pytest.raises(UpgradeConflict, match="changed from \\(none\\) to upgrade-required"):
-        b._transition(sm.UPGRADE_REQUIRED, "b")
+        b.transitions.transition(sm.UPGRADE_REQUIRED, "b")
     assert json.loads(c.nodes["n1"]["metadata"]["annotations"][ANN + "last-transition"])["reason"] == "a"
 
 
 def test_unrelated_write_between_read_and_transition_is_retried():
     c = cluster()
     up = upgrade(c)
-    up.node = json.loads(c.read_node("n1").data)
-    up.state = ""
+    up.ctx.node = json.loads(c.read_node("n1").data)
+    up.ctx.state = ""
     c.bump("n1")  # a heartbeat: same state label and last transition, newer resourceVersion
-    up._transition(sm.UPGRADE_REQUIRED, "start")
+    up.transitions.transition(sm.UPGRADE_REQUIRED, "start")
     assert c.nodes["n1"]["metadata"]["labels"][STATE] == sm.UPGRADE_REQUIRED
 
 
@@ -179,10 +179,10 @@ def test_non_api_exception_in_a_step_goes_through_the_abort_path(monkeypatch):
     c = cluster()
     up = upgrade(c)
 
-    def boom():
+    def boom(*_args):
         raise ValueError("invalid label selector term 'a in ('")
 
-    monkeypatch.setattr(up, "_wait_for_jobs", boom)
+    monkeypatch.setattr(prepare, "wait_for_jobs", boom)
     with pytest.raises(UpgradeFailed, match="unexpected error in wait-for-jobs-required: ValueError"):
         up.run("prepare")
     assert c.nodes["n1"]["metadata"]["labels"][STATE] == sm.UPGRADE_FAILED
@@ -293,12 +293,12 @@ def test_another_runs_transition_seen_through_a_patch_response_is_a_conflict():
     c = cluster()
     up = upgrade(c)
     up.run("status")
-    up.state = sm.POD_DELETION_REQUIRED
+    up.ctx.state = sm.POD_DELETION_REQUIRED
     c.nodes["n1"]["metadata"]["labels"][STATE] = sm.POD_RESTART_REQUIRED
     c.bump("n1")
-    up.node = json.loads(c.read_node("n1").data)
+    up.ctx.node = json.loads(c.read_node("n1").data)
     with pytest.raises(UpgradeConflict, match="changed from pod-deletion-required to pod-restart-required"):
-        up._transition(sm.POD_RESTART_REQUIRED, "mine")
+        up.transitions.transition(sm.POD_RESTART_REQUIRED, "mine")
 
 
 def test_upgrade_required_written_by_a_run_is_resumed_not_started_again():
@@ -340,10 +340,10 @@ def test_a_losing_runs_abort_undoes_nothing():
     upgrade(c).run("prepare")  # run A: pod-restart-required, cordoned, operands paused
     b = upgrade(c)
     b.run("status")
-    b.state = sm.DRAIN_REQUIRED  # what B read before A moved on
+    b.ctx.state = sm.DRAIN_REQUIRED  # what B read before A moved on
     node_before = json.loads(json.dumps(c.nodes["n1"]))
     with pytest.raises(UpgradeConflict):
-        b._abort("drain blocked")
+        b.transitions.abort("drain blocked")
     assert c.nodes["n1"]["spec"]["unschedulable"] is True
     assert c.nodes["n1"]["metadata"]["labels"][DP] == "paused-for-driver-upgrade"
     assert c.nodes["n1"]["metadata"]["labels"][STATE] == node_before["metadata"]["labels"][STATE]
@@ -364,7 +364,7 @@ def test_a_lost_response_to_our_own_transition_counts_as_done():
         return resp
 
     c.patch_node = lose_first_response
-    up._transition(sm.UPGRADE_REQUIRED, "start")
+    up.transitions.transition(sm.UPGRADE_REQUIRED, "start")
     assert c.nodes["n1"]["metadata"]["labels"][STATE] == sm.UPGRADE_REQUIRED and up.state == sm.UPGRADE_REQUIRED
 
 
@@ -398,17 +398,17 @@ def test_an_abort_after_a_lost_response_adopts_the_state_this_run_wrote():
     c = cluster()
     up = upgrade(c)
     up.run("status")
-    up._transition(sm.UPGRADE_REQUIRED, "start")
-    up._transition(sm.CORDON_REQUIRED, "admitted")
+    up.transitions.transition(sm.UPGRADE_REQUIRED, "start")
+    up.transitions.transition(sm.CORDON_REQUIRED, "admitted")
     c.nodes["n1"]["spec"]["unschedulable"] = True
     c.nodes["n1"]["metadata"]["annotations"][ANN + "unschedulable-before"] = "false"
     c.bump("n1")
     stale = json.loads(json.dumps(up.node))
-    up._transition(sm.WAIT_FOR_JOBS_REQUIRED, "node cordoned")
-    up.node, up.state = stale, sm.CORDON_REQUIRED  # as if the answer to that write never arrived
-    up.last_transition_seen = stale["metadata"]["annotations"][ANN + "last-transition"]
+    up.transitions.transition(sm.WAIT_FOR_JOBS_REQUIRED, "node cordoned")
+    up.ctx.node, up.ctx.state = stale, sm.CORDON_REQUIRED  # as if the answer to that write never arrived
+    up.ctx.last_transition_seen = stale["metadata"]["annotations"][ANN + "last-transition"]
     with pytest.raises(UpgradeFailed, match="schedulability restored .uncordoned."):
-        up._abort("step failed")
+        up.transitions.abort("step failed")
     assert c.nodes["n1"]["metadata"]["labels"][STATE] == sm.UPGRADE_FAILED
     assert not c.nodes["n1"]["spec"].get("unschedulable")
 
@@ -430,8 +430,8 @@ def test_fail_from_a_prepare_state_restores_like_an_abort():
     c = cluster()
     up = upgrade(c)
     up.run("status")
-    up._transition(sm.UPGRADE_REQUIRED, "start")
-    up._transition(sm.CORDON_REQUIRED, "admitted")
+    up.transitions.transition(sm.UPGRADE_REQUIRED, "start")
+    up.transitions.transition(sm.CORDON_REQUIRED, "admitted")
     c.nodes["n1"]["spec"]["unschedulable"] = True
     c.nodes["n1"]["metadata"]["annotations"][ANN + "unschedulable-before"] = "false"
     res = upgrade(c).run("fail", "prepare could not finish its abort")

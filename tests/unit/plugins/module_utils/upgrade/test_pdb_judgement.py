@@ -17,7 +17,7 @@ from kubernetes.client.rest import ApiException
 from upgrade_pod_fixtures import GPU, gpu_labels, on, pod
 
 from ansible_collections.npuops.fleet.plugins.module_utils.driver.vendor_profiles import resolve_profile
-from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import drain
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import drain, refusals
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.node_upgrade import NodeUpgrade
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.policy import parse_policy
 
@@ -281,17 +281,17 @@ def test_a_drain_timeout_judges_the_pods_as_they_are_at_the_timeout():
     up = NodeUpgrade(None, NV, parse_policy({}), "n1", target_version="550.90.07", core=c, policy_api=c)
     seen = {"gpu-drv/trainer-1": trainer(phase="Pending", ready=False)}  # what the step read
     assert seen["gpu-drv/trainer-1"]["metadata"]["uid"] == started["metadata"]["uid"]
-    now = up._still_there(["gpu-drv/trainer-1"], seen)
+    now = refusals.still_there(up.ctx, ["gpu-drv/trainer-1"], seen)
     assert [p["status"]["phase"] for p in now] == ["Running"]
     assert [e["pdb"] for e in drain.blocking_from_items([guard()], now)] == ["gpu-drv/guard"]
     assert drain.blocking_from_items([guard()], list(seen.values())) == []  # the stale copy named none
     other = {"gpu-drv/trainer-1": dict(seen["gpu-drv/trainer-1"], metadata=dict(
         seen["gpu-drv/trainer-1"]["metadata"], uid="another"))}
-    assert up._still_there(["gpu-drv/trainer-1"], other) == []
+    assert refusals.still_there(up.ctx, ["gpu-drv/trainer-1"], other) == []
 
     class Down:
         def list_pod_for_all_namespaces(self, **_):
             raise ApiException(status=403, reason="Forbidden")
 
-    up.core = Down()
-    assert up._still_there(["gpu-drv/trainer-1"], seen) == [seen["gpu-drv/trainer-1"]]
+    up.ctx.core = Down()
+    assert refusals.still_there(up.ctx, ["gpu-drv/trainer-1"], seen) == [seen["gpu-drv/trainer-1"]]

@@ -98,3 +98,25 @@ def test_failed_host_check_never_takes_the_label_shortcut(state):
         assert entry.action == "start"
     assert sm.phase_entry("prepare", state, at_target=True, has_bookkeeping=False).action == "done_without_disruption"
     assert sm.phase_entry("finish", "", at_target=True, has_bookkeeping=False, host_at_target=False).action == "error"
+
+
+def test_the_exported_state_names_are_the_operators_label_values():
+    # Written out here, not read from states.py: the tests that import the constants rely on this pin.
+    assert {
+        "UPGRADE_REQUIRED": "upgrade-required",
+        "CORDON_REQUIRED": "cordon-required",
+        "WAIT_FOR_JOBS_REQUIRED": "wait-for-jobs-required",
+        "POD_DELETION_REQUIRED": "pod-deletion-required",
+        "DRAIN_REQUIRED": "drain-required",
+        "POD_RESTART_REQUIRED": "pod-restart-required",
+        "REBOOT_REQUIRED": "reboot-required",
+        "REBOOT_VALIDATION_REQUIRED": "reboot-validation-required",
+        "VALIDATION_REQUIRED": "validation-required",
+        "UNCORDON_REQUIRED": "uncordon-required",
+        "UPGRADE_DONE": "upgrade-done",
+        "UPGRADE_FAILED": "upgrade-failed",
+    } == {name: getattr(sm, name) for name in (
+        "UPGRADE_REQUIRED", "CORDON_REQUIRED", "WAIT_FOR_JOBS_REQUIRED", "POD_DELETION_REQUIRED", "DRAIN_REQUIRED",
+        "POD_RESTART_REQUIRED", "REBOOT_REQUIRED", "REBOOT_VALIDATION_REQUIRED", "VALIDATION_REQUIRED",
+        "UNCORDON_REQUIRED", "UPGRADE_DONE", "UPGRADE_FAILED",
+    )}
