@@ -93,6 +93,9 @@ class NodeUpgrade:
     module's RETURN) or raises UpgradeFailed (the node already says why) / UpgradeConflict.
     Timeouts in seconds (None: wait forever). ``ctx`` holds the call's state; ``transitions`` its writes."""
 
+    # everything else lives on ctx: an attribute set here by mistake would do nothing
+    __slots__ = ("api_client", "ctx", "transitions")
+
     def __init__(
         self,
         api_client: Any,

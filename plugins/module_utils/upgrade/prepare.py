@@ -36,8 +36,10 @@ def phase_prepare(ctx: UpgradeContext, tr: Transitions, entry: sm.Entry, reason:
         return
     try:
         prepare_steps(ctx, tr, entry)
-    except UpgradeFailed:
-        raise  # already aborted, or another run's move (UpgradeConflict): nothing to undo here
+    except (UpgradeFailed, sm.UpgradeNotStarted):
+        # already aborted, another run's move (UpgradeConflict), or a stop before re-admission (nothing
+        # changed): nothing to undo here
+        raise
     except Exception as exc:  # noqa: BLE001 - every other failure after the start goes through the abort
         reason = "unexpected error in %s: %s" % (ctx.state or "(no state)", describe(exc))
         try:

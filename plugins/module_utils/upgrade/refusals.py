@@ -14,6 +14,7 @@ from typing import Any, Mapping, Optional
 
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import drain, eviction_rules
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.context import UpgradeContext, describe
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.states import UpgradeConflict
 
 # Seconds a failing step may spend reading pods / PDBs for its message (it must not wait out an outage).
 READ_BUDGET = 10
@@ -68,6 +69,8 @@ def structural_refusals(ctx: UpgradeContext, victims: list[Mapping[str, Any]]) -
     try:
         rest = [v for v in victims if eviction_rules.pod_ref(v) not in refused]
         probed = drain.probe_evictions(ctx.core, rest, sleep=ctx.sleep)
+    except UpgradeConflict:
+        raise  # the run-wide Lease was lost in a pause: the caller reports lease_lost
     except Exception as exc:  # noqa: BLE001 - a preflight probe must not fail the read-only phases
         ctx.warnings.append("dry-run evictions not possible: %s" % describe(exc))
         return refused

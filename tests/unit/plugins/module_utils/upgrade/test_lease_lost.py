@@ -92,3 +92,23 @@ def test_without_a_keepalive_nothing_is_renewed(waits_beat):
     c = FakeCluster([make_node("n1", gpu_labels())])
     _up, run = prepare(c, None)
     assert run("prepare")["state"] == sm.POD_RESTART_REQUIRED
+
+
+def test_a_lost_lease_in_the_drain_previews_dry_run_is_reported_not_warned(monkeypatch):
+    # status with a drain preview probes evictions (dry run) with pauses that renew the run-wide Lease
+    from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import drain, refusals
+    from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.states import UpgradeConflict
+
+    def probe(core, pods, sleep=None):
+        raise UpgradeConflict("the run-wide Lease was lost")
+
+    monkeypatch.setattr(drain, "probe_evictions", probe)
+    monkeypatch.setattr(drain, "multi_pdb_pods", lambda api, victims: {})
+
+    class Ctx:
+        policy_api = core = sleep = None
+        warnings: list = []
+
+    with pytest.raises(UpgradeConflict):
+        refusals.structural_refusals(Ctx(), [{"metadata": {"namespace": "a", "name": "p"}}])
+    assert Ctx.warnings == []

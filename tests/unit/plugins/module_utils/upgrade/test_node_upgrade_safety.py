@@ -426,6 +426,22 @@ def test_a_resumed_upgrade_required_node_waits_for_admission_again():
     assert not c.nodes["n1"]["spec"].get("unschedulable")
 
 
+
+def test_a_stop_while_a_resumed_upgrade_required_node_waits_is_not_a_failure(tmp_path):
+    # The window stopped (another host failed) while the resumed node waited to be admitted again:
+    # nothing was changed, so the node keeps its request and no failure is marked or counted.
+    c = cluster()
+    c.nodes["n1"]["metadata"]["labels"][STATE] = sm.UPGRADE_REQUIRED
+    c.nodes["n1"]["metadata"]["annotations"][ANN + "last-transition"] = json.dumps({"to": sm.UPGRADE_REQUIRED})
+    c.nodes["n2"]["metadata"]["labels"][STATE] = sm.DRAIN_REQUIRED
+    stop = tmp_path / "stop"
+    stop.write_text("failure on h0 (install): dpkg refused\n")
+    policy = {"maxParallelUpgrades": 1, "maxUnavailable": "100%"}
+    res = upgrade(c, policy=policy, leases=FakeLeases(), admission_timeout=30, stop_file=str(stop)).run("prepare")
+    assert res["not_started"] is True and "failure on h0 (install)" in res["message"]
+    assert c.nodes["n1"]["metadata"]["labels"][STATE] == sm.UPGRADE_REQUIRED
+    assert not c.nodes["n1"]["spec"].get("unschedulable")
+
 def test_fail_from_a_prepare_state_restores_like_an_abort():
     c = cluster()
     up = upgrade(c)
