@@ -74,8 +74,9 @@ stage_sanity() {
   mkdir -p "$dst"
   git ls-files -co --exclude-standard | grep -v '^tests/lab/' | while read -r f; do [ -e "$f" ] && echo "$f"; done \
     | tar -cf - -T - | tar -xf - -C "$dst"
+  local rc=0
   (cd "$dst" && "$OLDPWD/.venv-sanity/bin/ansible-test" sanity --requirements --python 3.12 --color no 2>&1 \
-    | grep -v '^Collecting\|^  Downloading\|^Installing\|^Successfully\|^Using cached\|━') ; local rc=${PIPESTATUS[0]}
+    | grep -v '^Collecting\|^  Downloading\|^Installing\|^Successfully\|^Using cached\|━') || rc=$?  # copy removed below
   rm -rf "${dst%/ansible_collections/npuops/fleet}"
   return "$rc"
 }

@@ -20,6 +20,7 @@ SPEC = {
     "fail_msg": {"type": "str", "default": ""},
     "write_path": {"type": "path"},
     "write_key": {"type": "str"},
+    "copies": {"type": "dict", "default": {}},
     "files": {
         "type": "list",
         "elements": "dict",
@@ -46,7 +47,11 @@ class ActionModule(ActionBase):
             if a["write_key"] and a["write_key"] not in a["facts"]:
                 raise AnsibleActionFail("npu_record: write_key %r names no key of facts (%s)"
                                         % (a["write_key"], ", ".join(sorted(a["facts"])) or "none"))
-            facts = a["facts"]
+            missing = sorted(str(key) for key in a["copies"].values() if key not in a["facts"])
+            if missing:
+                raise AnsibleActionFail("npu_record: copies name no key of facts: %s" % ", ".join(missing))
+            # the same object under both names: a now() in the value is templated once
+            facts = dict(a["facts"], **{name: a["facts"][key] for name, key in a["copies"].items()})
             set_like_set_fact(self, facts)
             res.update(changed=False, ansible_facts=facts)
             writes = [(f["path"], f["content"]) for f in a["files"]]

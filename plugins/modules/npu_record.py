@@ -37,6 +37,12 @@ options:
   write_key:
     description: The key of O(facts) whose value O(write_path) receives. Needs O(write_path).
     type: str
+  copies:
+    description:
+      - More facts, each set to the value of a key of O(facts) (new name -> key), the very value that
+        key gets - a private record published under a public name without templating it twice.
+    type: dict
+    default: {}
   files:
     description: Text files to write on the control node; their folders must exist.
     type: list

@@ -3,7 +3,8 @@
 callback ``npuops.fleet.window`` and the filter ``npuops.fleet.timeline_svg``).
 
 Private to this collection; pure (no Ansible import). The record is the driver_upgrade role's
-``_driver_upgrade_result`` and the summary built from it (docs/maintenance-summary.schema.json).
+``_driver_upgrade_result`` (public as ``driver_upgrade_result`` once the role ends) and the summary built
+from it (docs/maintenance-summary.schema.json).
 """
 
 from __future__ import annotations

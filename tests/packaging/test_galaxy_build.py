@@ -46,7 +46,8 @@ def test_tarball_has_no_lab_or_test_artefacts(installed):
            or n.endswith((".pyc", ".deb"))]
     assert bad == []
     assert "docs/docsite/extra-docs.yml" in names and "docs/docsite/rst/runbook.rst" in names  # Galaxy's docs
-    assert len(names) < 500, "unexpectedly large tarball: %d entries" % len(names)  # 450 with the CDI and MIG files
+    # 502 with the maintenance window filters
+    assert len(names) < 550, "unexpectedly large tarball: %d entries" % len(names)
 
 
 @pytest.mark.parametrize("module", MODULES)

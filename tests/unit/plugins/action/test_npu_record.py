@@ -64,9 +64,21 @@ PLAYBOOK = """
           - {path: "{{ out }}/a.md", content: "# a\\n\\nline"}
           - {path: "{{ out }}/b.txt", content: ""}
       register: texts
+    - name: A private record published under a public name, templated once
+      npuops.fleet.npu_record:
+        facts:
+          _rec: "{{ {'at': now().isoformat()} }}"
+        copies: {rec: _rec}
+    - name: copies that name no fact
+      npuops.fleet.npu_record:
+        facts: {a: 1}
+        copies: {c: zz}
+      register: nocopy
+      ignore_errors: true
     - name: Keep the bad calls
       ansible.builtin.copy:
-        content: "{{ {'half': half, 'wrong': wrong, 'nofolder': nofolder, 'b': b, 'texts': texts} | to_json }}"
+        content: "{{ {'half': half, 'wrong': wrong, 'nofolder': nofolder, 'b': b, 'texts': texts,
+                      'rec': rec, '_rec': _rec, 'nocopy': nocopy} | to_json }}"
         dest: "{{ out }}/bad.json"
 """
 
@@ -96,3 +108,5 @@ def test_record_refuse_and_write(tmp_path, playbook):
     assert (tmp_path / "a.md").read_text() == "# a\n\nline" and (tmp_path / "b.txt").read_text() == ""
     assert bad["texts"]["written"] == [str(tmp_path / "a.md"), str(tmp_path / "b.txt")]
     assert bad["texts"]["ansible_facts"] == {}
+    assert bad["rec"] == bad["_rec"] and "at" in bad["rec"]
+    assert bad["nocopy"]["failed"] and "copies name no key of facts: zz" in bad["nocopy"]["msg"]

@@ -426,7 +426,6 @@ def test_a_resumed_upgrade_required_node_waits_for_admission_again():
     assert not c.nodes["n1"]["spec"].get("unschedulable")
 
 
-
 def test_a_stop_while_a_resumed_upgrade_required_node_waits_is_not_a_failure(tmp_path):
     # The window stopped (another host failed) while the resumed node waited to be admitted again:
     # nothing was changed, so the node keeps its request and no failure is marked or counted.
@@ -441,6 +440,7 @@ def test_a_stop_while_a_resumed_upgrade_required_node_waits_is_not_a_failure(tmp
     assert res["not_started"] is True and "failure on h0 (install)" in res["message"]
     assert c.nodes["n1"]["metadata"]["labels"][STATE] == sm.UPGRADE_REQUIRED
     assert not c.nodes["n1"]["spec"].get("unschedulable")
+
 
 def test_fail_from_a_prepare_state_restores_like_an_abort():
     c = cluster()
