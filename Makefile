@@ -5,7 +5,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/build/collections
 export NPUOPS_LAB_DIR ?= /tmp/npuops-lab
 
-.PHONY: bootstrap test unit lint mypy sanity integration faults molecule demo bench lab-up lab-down lab-status build ee clean docs
+.PHONY: bootstrap test unit lint mypy sanity integration faults molecule demo bench simulate lab-up lab-down lab-status build ee clean docs
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -48,6 +48,12 @@ bench: bootstrap
 .PHONY: bench-fleet
 bench-fleet: bootstrap
 	@scripts/bench.sh --fleet
+
+# a discrete-event model, not a measurement: one window at 1,000-20,000 nodes and 1-8 controllers from the
+# costs measured in build/bench/ (docs/docsite/rst/scale.rst, "Scale beyond one control node (model)"); no lab;
+# results in build/bench/window-sim.json and window-sim.md
+simulate: bootstrap
+	@python bench/window_sim.py
 
 lab-up: bootstrap
 	@tests/lab/labctl up

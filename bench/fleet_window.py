@@ -44,6 +44,9 @@ sys.path.insert(0, str(REPO / "tests" / "integration"))
 import fleetlab  # noqa: E402
 from labhelpers import run_playbook  # noqa: E402
 
+# build/collections is on sys.path once labhelpers is imported (labhelpers.link_collection)
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import states as sm  # noqa: E402
+
 OUT = REPO / "build" / "bench"
 WORK = Path(os.environ.get("BENCH_WORKDIR", "/tmp/npuops-bench-fleet"))
 N_RELOAD = int(os.environ.get("BENCH_RELOAD", "5"))
@@ -103,7 +106,7 @@ def spawn(core, names, at_target):
             k: None for k in (core.read_node(n).metadata.labels or {}) if k.startswith("nvidia.com/gpu-driver-upgrade")
         }
         if n in at_target:
-            labels[fleetlab.STATE] = "upgrade-done"  # what the run that upgraded them left
+            labels[fleetlab.STATE] = sm.UPGRADE_DONE  # what the run that upgraded them left
         core.patch_node(n, {"metadata": {"labels": labels}, "spec": {"unschedulable": None}})
 
 

@@ -315,6 +315,32 @@ RETURN = r"""
 node: {description: Node name., returned: always, type: str}
 state: {description: State label value after the call., returned: always, type: str}
 previous_state: {description: State label value before the call., returned: always, type: str}
+route:
+  description:
+    - The route the host work takes from RV(state) - C(install) from C(pod-restart-required), C(reboot) from
+      C(reboot-required), C(finish) (the host work was done) from C(reboot-validation-required),
+      C(validation-required) or C(uncordon-required) - or C(none) for a state no route starts from.
+    - After O(phase=prepare), the way the upgrade goes on from the state prepare left (or found) the node in.
+  returned: always
+  type: str
+  sample: install
+resume_route:
+  description:
+    - The route (as RV(route)) from RV(previous_state), C(install) where none starts there - the route a
+      check-mode O(phase=prepare) (a preflight's plan) expects, as a node an earlier run left ready for host
+      work goes on from there and any other goes through the install.
+  returned: always
+  type: str
+  sample: install
+resumed_from:
+  description:
+    - O(phase=prepare) - RV(previous_state) when the call went on with an upgrade already under way (a state
+      other than none, C(upgrade-done) or C(upgrade-failed)) and left the node where a RV(route) starts.
+    - Null for a fresh start, a node left alone (RV(skipped)) or not admitted (RV(not_started)), and in the
+      other phases.
+  returned: always
+  type: str
+  sample: reboot-required
 transitions:
   description: Transitions made (or, in check mode, that would be made), each with from, to, reason, time.
   returned: always

@@ -18,12 +18,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 from ansible_collections.npuops.fleet.plugins.filter.rollout import lane_order, lane_row
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.states import UPGRADE_DONE, UPGRADE_REQUIRED
 
 RESULT = "driver_upgrade_result"
 PREFLIGHT = "driver_upgrade_preflight"
 NO_RESULT = "unreachable or no result in the preflight"
 # a node an earlier run left in one of these states is not "unfinished"
-_SETTLED = (None, "", "upgrade-done", "upgrade-required")
+_SETTLED = (None, "", UPGRADE_DONE, UPGRADE_REQUIRED)
 
 
 def _get(value: Any, key: str, default: Any = None) -> Any:
@@ -34,6 +35,8 @@ def _get(value: Any, key: str, default: Any = None) -> Any:
 
 
 def _host(hostvars: Any, host: Any) -> Mapping[str, Any]:
+    """``hostvars[host]``, {} for an unknown host. In Ansible each lookup templates that host's variables:
+    a function over many hosts reads each host once (``_per_host``) and passes the mappings on."""
     try:
         found = hostvars[host]
     except (KeyError, TypeError):
@@ -53,7 +56,11 @@ def _int(value: Any) -> int:
 
 
 def _bool(value: Any) -> bool:
-    """Ansible's ``bool`` filter for the values it knows (yes/no, on/off, true/false, 1/0)."""
+    """Ansible's ``bool`` filter for the values it knows (yes/no, on/off, true/false, 1/0).
+
+    Not ansible.module_utils.parsing.convert_bool.boolean(strict=False): that one also says True for
+    'y', 't', b'yes' and ' yes ' (it strips), where the filter, and so role driver_upgrade's
+    ``driver_upgrade_reboot_allowed | bool``, says False; the plan row must say what the role will do."""
     check = str(value).lower() if isinstance(value, (str, int)) else value
     try:
         if check in ("yes", "on", "true", "1"):
@@ -63,14 +70,14 @@ def _bool(value: Any) -> bool:
         return False
 
 
-def _results(hosts: Sequence[Any], hostvars: Any) -> list[Mapping[str, Any]]:
-    """The records of ``hosts`` that have one, in the hosts' order."""
-    out = []
-    for host in hosts or []:
-        vars_ = _host(hostvars, host)
-        if RESULT in vars_:
-            out.append(vars_[RESULT])
-    return out
+def _per_host(hosts: Sequence[Any], hostvars: Any) -> list[Mapping[str, Any]]:
+    """Each host's variables, read once, in the hosts' order."""
+    return [_host(hostvars, h) for h in hosts or []]
+
+
+def _results(per_host: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The records of the hosts that have one (``per_host``: their variables), in the hosts' order."""
+    return [vars_[RESULT] for vars_ in per_host if RESULT in vars_]
 
 
 def rollout(hosts: Sequence[Any], hostvars: Any, rolling: bool = False, canary: Any = 0,
@@ -80,15 +87,14 @@ def rollout(hosts: Sequence[Any], hostvars: Any, rolling: bool = False, canary: 
     in lane_order), ``serial`` (the upgrade play's batches: the canary alone, then the width or 100%),
     ``lease_ttl`` (at least 1.5 x (longest wait + 120 s), never below ``lease_ttl``) and
     ``found_unfinished`` (host -> the state an earlier run left its node in)."""
-    per_host = [_host(hostvars, h) for h in hosts or []]
+    per_host = _per_host(hosts, hostvars)
     positive = [n for n in (_int(v.get("_mw_parallel_one")) for v in per_host if "_mw_parallel_one" in v) if n > 0]
     width = min(positive) if positive else 0
-    results = _results(hosts, hostvars)
+    results = _results(per_host)
     lanes = lane_order([lane_row(r) for r in results if _get(r, "status") == "preflight-ok"])
     canary_n = _int(canary)
     serial: list[Any] = ([canary_n] if canary_n > 0 else []) + ["100%" if rolling or width == 0 else width]
-    waits = [_int(_get(_host(hostvars, h).get(PREFLIGHT), "longest_wait_s")) for h in hosts or []
-             if _get(_host(hostvars, h).get(PREFLIGHT), "longest_wait_s") is not None]
+    waits = [_int(w) for w in (_get(v.get(PREFLIGHT), "longest_wait_s") for v in per_host) if w is not None]
     ttl = max(_int(lease_ttl), int(math.ceil((max(waits + [0]) + 120) * 3 / 2)))
     unfinished = {r.get("host"): r.get("state_at_start") for r in results
                   if isinstance(r, Mapping) and "state_at_start" in r and r.get("state_at_start") not in _SETTLED}
@@ -181,8 +187,8 @@ def plan_batches(lanes: Sequence[Any], canary: Any = 0, width: Any = 1,
     size = w if w > 0 and rollout_mode == "batches" else max(len(lanes), 1)
     tail = lanes[c:]
     rest = [tail[i:i + size] for i in range(0, len(tail), size)]
-    head = lanes[:c] if c > 0 else []
-    return ([head] if c > 0 and head else []) + rest
+    head = lanes[:c] if c > 0 else []  # c < 0 would slice from the end
+    return ([head] if head else []) + rest
 
 
 def lease_outlook(check: Any) -> dict[str, Any]:
@@ -200,11 +206,16 @@ def stop_reason(hosts: Sequence[Any], hostvars: Any, lease_lost: Optional[Any] =
                 workload_refusal: Any = "") -> str:
     """Why the hosts the preflight passed did not start: the lost Lease, the workload refusal, the first
     failed host, or 'the run stopped'."""
+    return _stop_reason(_results(_per_host(hosts, hostvars)), lease_lost, workload_refusal)
+
+
+def _stop_reason(results: Sequence[Any], lease_lost: Optional[Any], workload_refusal: Any) -> str:
+    """stop_reason over the hosts' records (``results``)."""
     if lease_lost is not None:
         return "the run lost its maintenance lease: " + str(lease_lost)
     if workload_refusal and len(workload_refusal) > 0:
         return "refused: " + str(workload_refusal)
-    failed = [r.get("host") for r in _results(hosts, hostvars) if _get(r, "status") == "failed"]
+    failed = [r.get("host") for r in results if _get(r, "status") == "failed"]
     return "failure on " + str(failed[0]) if failed else "the run stopped"
 
 
@@ -212,10 +223,10 @@ def summary_rows(hosts: Sequence[Any], hostvars: Any, lease_lost: Optional[Any] 
                  workload_refusal: Any = "") -> list[Any]:
     """Per target host its record; one the preflight passed that never started is ``not-started`` with
     why the run stopped (stop_reason), a host without a record ``not-started`` too."""
-    reason = stop_reason(hosts, hostvars, lease_lost, workload_refusal)
+    records = [vars_.get(RESULT) for vars_ in _per_host(hosts, hostvars)]
+    reason = _stop_reason([r for r in records if r is not None], lease_lost, workload_refusal)
     rows: list[Any] = []
-    for host in hosts or []:
-        res = _host(hostvars, host).get(RESULT)
+    for host, res in zip(hosts or [], records):
         if res is None:
             rows.append({"host": host, "status": "not-started", "final_state": None, "reason": NO_RESULT})
         elif _get(res, "status") == "preflight-ok":

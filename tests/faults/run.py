@@ -48,6 +48,9 @@ import rotation  # noqa: E402  the record of when each case last ran
 import test_maintenance_window as mw  # noqa: E402  restore_host, reset_node, node_driver, hx, ...
 from labhelpers import container  # noqa: E402  a lab host's podman container
 
+# build/collections is on sys.path once labhelpers is imported (labhelpers.link_collection)
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import states as sm  # noqa: E402
+
 LAB = REPO / "tests" / "lab"
 LABCTL = LAB / "labctl"
 HOSTCTL = LAB / "hosts" / "hostctl"
@@ -70,15 +73,15 @@ GUARD = "faults-guard"
 LAB_HOSTS = [h for g in yaml.safe_load((INVENTORY / "hosts.yml").read_text())["all"]["children"].values()
              for h in (g.get("hosts") or {})]
 ORDER = [
-    "upgrade-required",
-    "cordon-required",
-    "wait-for-jobs-required",
-    "pod-deletion-required",
-    "drain-required",
-    "pod-restart-required",
-    "reboot-required",
-    "validation-required",
-    "uncordon-required",
+    sm.UPGRADE_REQUIRED,
+    sm.CORDON_REQUIRED,
+    sm.WAIT_FOR_JOBS_REQUIRED,
+    sm.POD_DELETION_REQUIRED,
+    sm.DRAIN_REQUIRED,
+    sm.POD_RESTART_REQUIRED,
+    sm.REBOOT_REQUIRED,
+    sm.VALIDATION_REQUIRED,
+    sm.UNCORDON_REQUIRED,
 ]
 RUN_TIMEOUT = 1200
 INVARIANTS = ["final", "schedulable", "pdb", "services", "holds", "operands", "summaries", "lease", "record",
@@ -86,28 +89,28 @@ INVARIANTS = ["final", "schedulable", "pdb", "services", "holds", "operands", "s
 
 # name -> what the case does (see run_case); the order is the rotation order of --cases.
 CASES: dict[str, dict[str, Any]] = {}
-for _s in ("upgrade-required", "cordon-required", "drain-required", "pod-restart-required", "reboot-required",
-           "validation-required", "uncordon-required"):
-    CASES["kill-" + _s] = {"kind": "kill", "at": _s, "reboot": _s == "reboot-required"}
+for _s in (sm.UPGRADE_REQUIRED, sm.CORDON_REQUIRED, sm.DRAIN_REQUIRED, sm.POD_RESTART_REQUIRED,
+           sm.REBOOT_REQUIRED, sm.VALIDATION_REQUIRED, sm.UNCORDON_REQUIRED):
+    CASES["kill-" + _s] = {"kind": "kill", "at": _s, "reboot": _s == sm.REBOOT_REQUIRED}
 CASES.update({
-    "host-lost-install": {"kind": "host_lost", "at": "pod-restart-required", "step": "install"},
+    "host-lost-install": {"kind": "host_lost", "at": sm.POD_RESTART_REQUIRED, "step": "install"},
     # lost at the first host step of the reload phase (the boundary before it found the host answering)
     "host-lost-reload": {"kind": "host_lost", "at_task": "Read the host's driver state after the install",
                          "step": "reload"},
     # announced (reboot-required), then the host reboots without sshd: it never answers again
-    "host-down-reboot": {"kind": "host_lost", "at": "reboot-required", "step": "reboot", "reboot": True,
+    "host-down-reboot": {"kind": "host_lost", "at": sm.REBOOT_REQUIRED, "step": "reboot", "reboot": True,
                          "reboot_timeout": 60, "no_ssh_after_boot": True},
-    "apiserver-down-drain": {"kind": "api", "at": "drain-required"},
-    "apiserver-down-validation": {"kind": "api", "at": "validation-required"},
+    "apiserver-down-drain": {"kind": "api", "at": sm.DRAIN_REQUIRED},
+    "apiserver-down-validation": {"kind": "api", "at": sm.VALIDATION_REQUIRED},
     # down while the host's state is restored, so the kube-proxy wait and the uncordon meet the outage
     "apiserver-down-verify": {"kind": "api",
                               "at_task": "Restore the host's pre-window state before the uncordon",
                               "expect_retry": "Wait for kube-proxy on the node to be Running"},
-    "dpkg-lock": {"kind": "dpkg", "at": "cordon-required"},
+    "dpkg-lock": {"kind": "dpkg", "at": sm.CORDON_REQUIRED},
     "two-windows": {"kind": "two"},
-    "stale-lease": {"kind": "stale", "at": "pod-restart-required"},
+    "stale-lease": {"kind": "stale", "at": sm.POD_RESTART_REQUIRED},
     # another run takes the window's Lease over while this one works (its own stalled past the TTL)
-    "lease-stolen": {"kind": "stolen", "at": "pod-restart-required"},
+    "lease-stolen": {"kind": "stolen", "at": sm.POD_RESTART_REQUIRED},
 })
 
 
@@ -705,7 +708,7 @@ class Case:
 
     def expect_done(self, r: Run) -> None:
         row = r.row() or {}
-        self.check(r.rc == 0 and row.get("final_state") == "upgrade-done",
+        self.check(r.rc == 0 and row.get("final_state") == sm.UPGRADE_DONE,
                    "%s finished: rc=%s status=%s final_state=%s reason=%s"
                    % (r.label, r.rc, row.get("status"), row.get("final_state"), (row.get("reason") or "")[:200]))
 
@@ -796,9 +799,9 @@ def run_case(ctx: Case) -> None:
         ctx.check(TARGET in reason and sp["step"] in reason,
                   "reason names host and step: %r" % reason[:300])
         n = retry(lambda: ctx.k[1].read_node(TARGET), "node")
-        ctx.check((n.metadata.labels or {}).get(STATE) == "upgrade-failed" and n.spec.unschedulable,
-                  "node upgrade-failed and cordoned: state=%s unschedulable=%s"
-                  % ((n.metadata.labels or {}).get(STATE), n.spec.unschedulable))
+        ctx.check((n.metadata.labels or {}).get(STATE) == sm.UPGRADE_FAILED and n.spec.unschedulable,
+                  "node %s and cordoned: state=%s unschedulable=%s"
+                  % (sm.UPGRADE_FAILED, (n.metadata.labels or {}).get(STATE), n.spec.unschedulable))
         le = read_lease(ctx.k)
         ctx.check(not (le and le["valid"]), "Lease released after the failure: %s" % (le or "absent"))
         if sp.get("no_ssh_after_boot"):
@@ -828,7 +831,7 @@ def run_case(ctx: Case) -> None:
         mw_wait("labctl restart finished", lambda: "rc" in outage, 120)
         ctx.check(outage.get("rc") == "0", "kube-apiserver down 15 s %s" % outage.get("out"))
         row = a.row() or {}
-        ok = ctx.check(a.rc == 0 and row.get("final_state") == "upgrade-done",
+        ok = ctx.check(a.rc == 0 and row.get("final_state") == sm.UPGRADE_DONE,
                        "window survived the outage: rc=%s status=%s reason=%s"
                        % (a.rc, row.get("status"), (row.get("reason") or "")[:300]))
         if sp.get("expect_retry"):
@@ -932,8 +935,9 @@ def run_case(ctx: Case) -> None:
                   % (a.rc, row.get("status")))
         ctx.check(thief in reason, "reason names the run that holds the Lease now: %r" % reason[:250])
         n = retry(lambda: ctx.k[1].read_node(TARGET), "node")
-        ctx.check((n.metadata.labels or {}).get(STATE) == "upgrade-failed" and bool(n.spec.unschedulable),
-                  "its node marked upgrade-failed and cordoned (state %s)" % (n.metadata.labels or {}).get(STATE))
+        ctx.check((n.metadata.labels or {}).get(STATE) == sm.UPGRADE_FAILED and bool(n.spec.unschedulable),
+                  "its node marked %s and cordoned (state %s)"
+                  % (sm.UPGRADE_FAILED, (n.metadata.labels or {}).get(STATE)))
         le = read_lease(ctx.k) or {}
         ctx.check(le.get("holder") == thief, "the other run's Lease left alone: holder %r" % le.get("holder"))
         delete_leases(ctx.k)  # that run ends
@@ -963,20 +967,20 @@ def invariants(ctx: Case) -> dict[str, tuple[Optional[bool], str]]:
     n = retry(lambda: core.read_node(TARGET), "node")
     lb, an = n.metadata.labels or {}, n.metadata.annotations or {}
     st = lb.get(STATE)
-    done = st == "upgrade-done"
+    done = st == sm.UPGRADE_DONE
     if done:
         v, raw = host_driver()
         ok = v == NEW and not n.spec.unschedulable
         where = "uncordoned" if not n.spec.unschedulable else "CORDONED"
-        res["final"] = (ok, "upgrade-done, nvidia-smi %s, %s" % (v or raw, where))
-    elif st == "upgrade-failed":
+        res["final"] = (ok, "%s, nvidia-smi %s, %s" % (sm.UPGRADE_DONE, v or raw, where))
+    elif st == sm.UPGRADE_FAILED:
         try:
             reason = json.loads(an.get(ANN + "last-transition", "{}")).get("reason", "")
         except ValueError:
             reason = ""
         res["final"] = (bool(reason) and bool(n.spec.unschedulable),
-                        "upgrade-failed, %s, reason: %s" % ("cordoned" if n.spec.unschedulable else "UNCORDONED",
-                                                            reason[:150] or "NONE"))
+                        "%s, %s, reason: %s" % (sm.UPGRADE_FAILED, "cordoned" if n.spec.unschedulable else "UNCORDONED",
+                                                reason[:150] or "NONE"))
     else:
         res["final"] = (False, "state %r (cordoned=%s)" % (st, n.spec.unschedulable))
     bad = ctx.mid["schedulable"] + schedulable_mismatches(k)
@@ -988,7 +992,7 @@ def invariants(ctx: Case) -> dict[str, tuple[Optional[bool], str]]:
             res["pdb"] = (False, "; ".join(([unjudged] if unjudged else []) + g.violations))
         elif done and TARGET not in g.removed_on:
             # the window's policy drains (drain.enable): an upgraded node had its guard pod evicted
-            res["pdb"] = (False, "the node ended upgrade-done but no removal of its guard pod was seen")
+            res["pdb"] = (False, f"the node ended {sm.UPGRADE_DONE} but no removal of its guard pod was seen")
         elif g.removed:
             res["pdb"] = (True, "removed: %s%s" % (", ".join(g.removed), " (%d judged across a watch gap)" % g.gaps
                                                    if g.gaps else ""))

@@ -26,12 +26,15 @@ from labhelpers import REPO, create_kwok_nodes, delete_nodes, run_playbook, wait
 from test_host_lost import HOSTCTL, lab_dir
 from test_safety import TAKEN
 
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import states as sm
+
 OLD, NEW = "535.183.06", "550.90.07"
 OLD_KERNEL = "5.15.0-107-generic"
 GPU_CAPACITY = {"cpu": "4", "memory": "8Gi", "pods": "110", "nvidia.com/gpu": "2"}
 STATE = "nvidia.com/gpu-driver-upgrade-state"
-# the upgrade states between admission and uncordon, written in the tests independently of
-# upgrade/states.py (the watcher must not take its answer from the product)
+# the upgrade states between admission and uncordon, chosen in the tests independently of
+# upgrade/states.py's groupings (the watcher must not take its answer from the product); only the
+# names are states.py's constants
 IN_UPGRADE = TAKEN
 ZONE = "topology.kubernetes.io/zone"
 
@@ -145,9 +148,9 @@ class LimitWatcher:
                 if n.metadata.name not in self.entered:
                     self.entered[n.metadata.name] = now
                     self.order.append(n.metadata.name)
-            elif state == "upgrade-done" and n.metadata.name in self.entered:
+            elif state == sm.UPGRADE_DONE and n.metadata.name in self.entered:
                 self.left[n.metadata.name] = self.left.get(n.metadata.name) or now
-            if state == "upgrade-failed":
+            if state == sm.UPGRADE_FAILED:
                 self.failed.setdefault(n.metadata.name, now)
         self.busy_now = set(upgrading)
         self.samples += 1

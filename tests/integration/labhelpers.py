@@ -15,6 +15,29 @@ from typing import Any, Callable, Optional
 import yaml
 from kubernetes import client
 
+REPO = Path(__file__).resolve().parents[2]
+COLLECTIONS = REPO / "build" / "collections"
+
+
+def link_collection() -> None:
+    """build/collections/ansible_collections/npuops/fleet -> the repo (as scripts/test.sh links it), and
+    build/collections on sys.path, so that the collection's Python imports as
+    ``ansible_collections.npuops.fleet`` (e.g. the state names of ``plugins/module_utils/upgrade/states.py``)
+    also where these helpers are imported outside pytest (tests/faults/run.py, bench/); under pytest
+    tests/conftest.py has done the same already."""
+    link = COLLECTIONS / "ansible_collections" / "npuops" / "fleet"
+    if not link.exists():
+        link.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            link.symlink_to(REPO)
+        except FileExistsError:  # a concurrent run made it meanwhile
+            pass
+    if str(COLLECTIONS) not in sys.path:
+        sys.path.insert(0, str(COLLECTIONS))
+
+
+link_collection()
+
 
 def container(name: str) -> str:
     """The podman container of lab host ``name``, as tests/lab/hosts/hostctl.py names it: with the
@@ -145,10 +168,6 @@ def shipped_rbac() -> list[dict[str, Any]]:
     return docs
 
 
-REPO = Path(__file__).resolve().parents[2]
-COLLECTIONS = REPO / "build" / "collections"
-
-
 def run_playbook(
     name: str,
     inventories: list[str],
@@ -169,10 +188,7 @@ def playbook_command(
     name: str, inventories: list[str], extra: tuple[Any, ...], kubeconfig: str
 ) -> tuple[list[str], dict[str, str]]:
     """The command line and environment :func:`run_playbook` runs (for a test that must kill it)."""
-    link = COLLECTIONS / "ansible_collections" / "npuops" / "fleet"
-    if not link.exists():
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(REPO)
+    link_collection()
     env = dict(
         os.environ,
         ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS),

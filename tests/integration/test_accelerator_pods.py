@@ -16,6 +16,8 @@ import test_node_upgrade
 from labhelpers import driver_labels, gone, wait
 from test_node_upgrade import NS, STATE, pods_on, upgrade
 
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import states as sm
+
 # the node upgrade tests' fixtures: the shipped-RBAC ServiceAccount and the node put back afterwards
 kubeconfig = test_node_upgrade.kubeconfig
 node_guard = test_node_upgrade.node_guard
@@ -64,8 +66,8 @@ def finish_at_target(core_v1, kubeconfig, node):
 def assert_ready_for_host_work(core_v1, node, res, gone_uid, app):
     assert not res.get("failed"), res.get("msg")
     n = core_v1.read_node(node)
-    assert n.spec.unschedulable and n.metadata.labels[STATE] == "pod-restart-required"
-    assert "drain-required" not in [t["to"] for t in res["transitions"]]  # the default policy: drain off
+    assert n.spec.unschedulable and n.metadata.labels[STATE] == sm.POD_RESTART_REQUIRED
+    assert sm.DRAIN_REQUIRED not in [t["to"] for t in res["transitions"]]  # the default policy: drain off
     assert gone_uid not in {p.metadata.uid for p in core_v1.list_pod_for_all_namespaces(
         field_selector="spec.nodeName=" + node).items}, "the %s pod is still on the node at host work" % app
 
@@ -120,7 +122,7 @@ def test_dra_claim_pod_removed_before_host_work_under_default_policy(core_v1, re
 
     res = finish_at_target(core_v1, kubeconfig, node)
     n = core_v1.read_node(node)
-    assert res["state"] == "upgrade-done" and n.metadata.labels[STATE] == "upgrade-done" and not n.spec.unschedulable
+    assert res["state"] == sm.UPGRADE_DONE and n.metadata.labels[STATE] == sm.UPGRADE_DONE and not n.spec.unschedulable
 
 
 def test_device_hostpath_pod_removed_before_host_work_under_default_policy(core_v1, apps_v1, kubeconfig,
@@ -139,7 +141,7 @@ def test_device_hostpath_pod_removed_before_host_work_under_default_policy(core_
         assert res["deleted"] == [ref] and res["pod_rules"] == {ref: "hostPath /dev/nvidia0"}
         assert res["resource_claim_reads"] == 0
         res = finish_at_target(core_v1, kubeconfig, node)
-        assert res["state"] == "upgrade-done" and not core_v1.read_node(node).spec.unschedulable
+        assert res["state"] == sm.UPGRADE_DONE and not core_v1.read_node(node).spec.unschedulable
     finally:
         gone(apps_v1.delete_namespaced_deployment, "it-smi-agent", NS)
         wait("agent gone", lambda: not core_v1.list_namespaced_pod(NS, label_selector="app=it-smi-agent").items)
@@ -169,7 +171,7 @@ def test_dra_kubelet_plugin_paused_and_restored_like_an_operand(core_v1, apps_v1
         res = upgrade(kubeconfig, node, "prepare", target_version=TARGET, policy={"maxParallelUpgrades": 0})
         assert not res.get("failed"), res.get("msg")
         n = core_v1.read_node(node)
-        assert n.spec.unschedulable and n.metadata.labels[STATE] == "pod-restart-required"
+        assert n.spec.unschedulable and n.metadata.labels[STATE] == sm.POD_RESTART_REQUIRED
         assert n.metadata.labels[PLUGIN_LABEL] == "paused-for-driver-upgrade"
         assert not pods_on(core_v1, node, "app=it-dra-plugin")  # off the node before the unload
         assert "DRA kubelet plugin %s/it-dra-plugin paused" % PLUGIN_NS in res["transitions"][-1]["reason"]

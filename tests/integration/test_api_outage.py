@@ -226,7 +226,7 @@ def test_drain_waiting_on_a_pdb_survives_an_apiserver_restart(
         t0 = time.monotonic()
         call.start()
         wait(
-            "node in drain-required",
+            f"node in {sm.DRAIN_REQUIRED}",
             lambda: core_v1.read_node(node).metadata.labels.get(STATE) == sm.DRAIN_REQUIRED,
             timeout=120,
         )

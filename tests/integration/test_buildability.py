@@ -29,6 +29,8 @@ from test_maintenance_window import (  # noqa: F401  # pylint: disable=unused-im
     world,
 )
 
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import states as sm
+
 pytestmark = pytest.mark.lab
 
 KERNEL = "5.15.0-107-generic"  # lab-node-1's kernel (tests/lab/hosts/hostctl.py DEFAULT_HOSTS)
@@ -83,7 +85,7 @@ def test_a_failed_dkms_build_stops_before_the_reboot(kubeconfig, core_v1, report
     assert "implicit declaration of function" in hx(N1, f"cat {log}").stdout
 
     n = node(core_v1, N1)
-    assert (n.metadata.labels or {}).get(GPU_STATE) == "upgrade-failed"
+    assert (n.metadata.labels or {}).get(GPU_STATE) == sm.UPGRADE_FAILED
     assert n.spec.unschedulable is True
     # The service was started again, and could not run: the transaction had replaced its 535 userspace
     # with 550's before the build failed, and the 550 daemon refuses the loaded 535 module (as the real

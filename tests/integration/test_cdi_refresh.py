@@ -24,6 +24,8 @@ from labhelpers import container
 from scratchhost import host_row, play, reload_window, scratch_host
 from test_host_lost import hx
 
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import states as sm
+
 pytestmark = pytest.mark.lab
 
 OLD, TARGET, NEXT = "535.183.06", "550.90.07", "580.126.09"
@@ -95,7 +97,7 @@ def test_the_cdi_spec_is_regenerated_for_the_new_driver(core_v1, lab_kubeconfig,
         assert missing == [], missing
         assert hx(name, f"cat {OTHER}").stdout.strip() == OTHER_TEXT  # another component's spec, untouched
         node = core_v1.read_node(name)
-        assert (node.metadata.labels or {}).get(STATE) == "upgrade-done" and not node.spec.unschedulable
+        assert (node.metadata.labels or {}).get(STATE) == sm.UPGRADE_DONE and not node.spec.unschedulable
 
         # the tool refuses the way the host is told to make the spec (NVML mode without a real libnvidia-ml)
         rc, out = play(name, lab_kubeconfig, report_dir,
@@ -109,4 +111,4 @@ def test_the_cdi_spec_is_regenerated_for_the_new_driver(core_v1, lab_kubeconfig,
         assert f"/usr/lib/x86_64-linux-gnu/libcuda.so.{TARGET}" in paths, paths
         assert hx(name, f"test -e /usr/lib/x86_64-linux-gnu/libcuda.so.{TARGET}").returncode != 0
         node = core_v1.read_node(name)
-        assert (node.metadata.labels or {}).get(STATE) == "upgrade-failed" and node.spec.unschedulable
+        assert (node.metadata.labels or {}).get(STATE) == sm.UPGRADE_FAILED and node.spec.unschedulable

@@ -20,6 +20,8 @@ import pytest
 from scratchhost import dpkg, host_row, play, recap_changed, reload_window, scratch_host
 from test_host_lost import hx
 
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import states as sm
+
 pytestmark = pytest.mark.lab
 
 OLD, TARGET, NEWEST = "580.126.09", "590.48.01", "610.43.02"
@@ -67,10 +69,10 @@ def test_a_move_onto_the_branchless_names_with_the_pinning_package(core_v1, open
     rc, out = play(name, lab_kubeconfig, report_dir, *window)
     assert rc == 0, out[-5000:]
     h = host_row(report_dir, name)
-    assert h["status"] == "upgraded" and h["final_state"] == "upgrade-done", h
+    assert h["status"] == "upgraded" and h["final_state"] == sm.UPGRADE_DONE, h
     assert hx(name, "cat /sys/module/nvidia/version").stdout.strip() == TARGET
     node = core_v1.read_node(name)
-    assert (node.metadata.labels or {}).get(STATE) == "upgrade-done" and not node.spec.unschedulable
+    assert (node.metadata.labels or {}).get(STATE) == sm.UPGRADE_DONE and not node.spec.unschedulable
 
     after = versions(name)
     assert {p: after.get(p) for p in BRANCHLESS} == {p: TARGET + "-0ubuntu1" for p in BRANCHLESS}, after

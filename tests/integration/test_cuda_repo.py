@@ -17,6 +17,8 @@ import pytest
 from scratchhost import dpkg, play, recap_changed, scratch_host
 from test_host_lost import hx
 
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import states as sm
+
 pytestmark = pytest.mark.lab
 
 OLD, TARGET = "550.90.07", "580.126.09"
@@ -71,9 +73,9 @@ def test_branch_change_on_the_cuda_repository_flavour(core_v1, cuda_repo_host, l
     assert rc == 0, out[-5000:]
     s = json.loads((report_dir / "latest.json").read_text())
     h = {x["host"]: x for x in s["hosts"]}[name]
-    assert h["status"] == "upgraded" and h["final_state"] == "upgrade-done", h
+    assert h["status"] == "upgraded" and h["final_state"] == sm.UPGRADE_DONE, h
     assert hx(name, "cat /sys/module/nvidia/version").stdout.strip() == TARGET
-    assert (core_v1.read_node(name).metadata.labels or {}).get(STATE) == "upgrade-done"
+    assert (core_v1.read_node(name).metadata.labels or {}).get(STATE) == sm.UPGRADE_DONE
 
     after = versions(name)
     # the target, not apt's newest 580 (580.159.03) that cuda-drivers-580's >= would take

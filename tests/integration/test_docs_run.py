@@ -21,6 +21,8 @@ import yaml
 from docs_blocks import png_summary, runnable_blocks, script
 from test_maintenance_window import reset_node, restore_host
 
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import states as sm
+
 REPO = Path(__file__).resolve().parents[2]
 RST = REPO / "docs" / "docsite" / "rst"
 OUT = REPO / "build" / "docs-run"
@@ -69,7 +71,7 @@ def test_getting_started_guide_runs_and_its_timeline_renders(lab_kubeconfig, kub
         s = _summary(reports)
         assert s["result"] == "ok", s
         assert {h["status"] for h in s["hosts"]} == {"already-at-target"}, s["hosts"]
-        assert "upgrade-done" in out
+        assert sm.UPGRADE_DONE in out
         # the first `make demo`: lab-node-1 and lab-npu-0 upgraded; its run directory keeps its timeline
         runs = [json.loads(p.read_text()) for p in reports.glob("*/summary.json") if p.stat().st_mtime >= t0]
         (first,) = [r for r in runs if r["result"] == "ok" and any(h["status"] == "upgraded" for h in r["hosts"])]
@@ -147,9 +149,9 @@ def test_first_window_guide_runs_on_the_lab(lab_kubeconfig, kubectl_bin, kubectl
         assert s["result"] == "ok", s
         (h,) = s["hosts"]
         assert (h["host"], h["old_version"], h["new_version"], h["status"], h["final_state"]) == (
-            N1, "535.183.06", "550.90.07", "upgraded", "upgrade-done"), h
+            N1, "535.183.06", "550.90.07", "upgraded", sm.UPGRADE_DONE), h
         assert "yes" in out  # kubectl auth can-i patch nodes, as the ServiceAccount
-        assert f"{N1} " in out and "upgrade-done" in out
+        assert f"{N1} " in out and sm.UPGRADE_DONE in out
     finally:
         for o in reversed(objects):
             if not before[o]:

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from test_maintenance_window import COLLECTIONS, INVENTORY, N1, REPO, SCHEMA, hx, lab_dir, node, restore_host
 
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import states as sm
+
 pytestmark = pytest.mark.lab
 PODMAN = REPO / "tests" / "lab" / "hosts" / "bin" / "podman"
 WRAPPER = "- name: Maintenance window\n  ansible.builtin.import_playbook: npuops.fleet.maintenance_window\n"
@@ -119,7 +121,7 @@ def window_from_the_ee_and_the_venv(ee_image, kubeconfig, core_v1, tmp_path):
     assert from_ee == json.loads((ee / "reports" / "latest.json").read_text())
     (h,) = from_ee["hosts"]
     assert (h["status"], h["old_version"], h["new_version"], h["final_state"]) == (
-        "upgraded", "535.183.06", "550.90.07", "upgrade-done"), h
+        "upgraded", "535.183.06", "550.90.07", sm.UPGRADE_DONE), h
     assert hx(N1, "nvidia-smi --query-gpu=driver_version --format=csv,noheader").stdout.split()[0] == "550.90.07"
     assert not node(core_v1, N1).spec.unschedulable
 

@@ -16,6 +16,8 @@ import pytest
 from scratchhost import dpkg, host_row, play, reload_window, scratch_host
 from test_host_lost import hx
 
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import states as sm
+
 pytestmark = pytest.mark.lab
 
 OLD, TARGET = "535.183.06", "550.90.07"
@@ -109,13 +111,13 @@ def test_a_deb_the_mirror_lost_refuses_the_host_before_any_cordon(core_v1, mirro
     rc, out = play(name, lab_kubeconfig, report_dir, *window(name, report_dir))
     assert rc == 0, out[-5000:]
     h = host_row(report_dir, name)
-    assert h["status"] == "upgraded" and h["final_state"] == "upgrade-done", h
+    assert h["status"] == "upgraded" and h["final_state"] == sm.UPGRADE_DONE, h
     # fetched once, by the preflight (the mirror's log: one GET answered 200); the install took it from apt's cache
     gets = hx(name, f"grep -c 'GET /pool/{LOST} HTTP/1.1\" 200' /var/log/mirror.log").stdout.strip()
     assert gets == "1", hx(name, "cat /var/log/mirror.log").stdout[-3000:]
     assert hx(name, "cat /sys/module/nvidia/version").stdout.strip() == TARGET
     node = core_v1.read_node(name)
-    assert (node.metadata.labels or {}).get(STATE) == "upgrade-done" and not node.spec.unschedulable
+    assert (node.metadata.labels or {}).get(STATE) == sm.UPGRADE_DONE and not node.spec.unschedulable
 
 
 def test_a_version_the_archive_dropped_is_refused_before_any_cordon(core_v1, mirrored_host, lab_kubeconfig, tmp_path):

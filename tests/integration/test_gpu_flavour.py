@@ -16,6 +16,8 @@ import pytest
 from scratchhost import dpkg, host_row, play, reload_window, scratch_host
 from test_host_lost import hx
 
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import states as sm
+
 pytestmark = pytest.mark.lab
 
 OLD, TARGET = "535.183.06", "550.90.07"
@@ -94,7 +96,7 @@ def test_with_the_check_off_the_open_module_refuses_pascal_gpus_and_the_reload_s
         assert "module flavour not supported on this GPU (0000:18:00.0, 0000:28:00.0; kernel log: " in h["reason"]
         assert "NVRM: The NVIDIA GPU 0000:18:00.0 (PCI ID: 10de:1bb3)" in h["reason"], h["reason"]
         node = core_v1.read_node(name)
-        assert (node.metadata.labels or {}).get(STATE) == "upgrade-failed" and node.spec.unschedulable
+        assert (node.metadata.labels or {}).get(STATE) == sm.UPGRADE_FAILED and node.spec.unschedulable
         assert hx(name, "test -e /sys/module/nvidia").returncode != 0  # nothing stayed loaded
         assert "None of the NVIDIA devices were initialized." in hx(name, "cat /run/npuops-lab/kmsg").stdout
 
@@ -129,4 +131,4 @@ def test_proprietary_modules_and_blackwell_gpus_refused_then_unseen_after_the_re
         assert "requires use of the NVIDIA open kernel modules" in h["reason"], h["reason"]
         assert hx(name, "cat /sys/module/nvidia/version").stdout.strip() == target  # loaded, no GPU driven
         node = core_v1.read_node(name)
-        assert (node.metadata.labels or {}).get(STATE) == "upgrade-failed" and node.spec.unschedulable
+        assert (node.metadata.labels or {}).get(STATE) == sm.UPGRADE_FAILED and node.spec.unschedulable

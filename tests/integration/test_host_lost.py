@@ -24,6 +24,8 @@ from pathlib import Path
 import pytest
 from labhelpers import container, create_kwok_nodes, delete_nodes, wait
 
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import states as sm
+
 pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
@@ -159,8 +161,8 @@ def test_host_lost_during_host_work_is_recorded_and_the_rerun_finishes(core_v1, 
 
     run = window(name, lab_kubeconfig, report_dir, lease)
     # the node is drained and paused for host work: the host goes away (power, kernel hang, network)
-    wait("pod-restart-required", lambda: run.poll() is not None
-         or (core_v1.read_node(name).metadata.labels or {}).get(STATE) == "pod-restart-required", 300)
+    wait(sm.POD_RESTART_REQUIRED, lambda: run.poll() is not None
+         or (core_v1.read_node(name).metadata.labels or {}).get(STATE) == sm.POD_RESTART_REQUIRED, 300)
     assert run.poll() is None, output(report_dir)
     subprocess.run([str(PODMAN), "stop", "-t", "0", container(name)], capture_output=True, check=True, timeout=60)
     rc = run.wait(timeout=600)
@@ -176,7 +178,7 @@ def test_host_lost_during_host_work_is_recorded_and_the_rerun_finishes(core_v1, 
     assert "deserialization" not in row["reason"], row["reason"]
     # the node is marked and stays cordoned; the run released its Lease
     n = core_v1.read_node(name)
-    assert n.metadata.labels[STATE] == "upgrade-failed" and n.spec.unschedulable, n.metadata.labels
+    assert n.metadata.labels[STATE] == sm.UPGRADE_FAILED and n.spec.unschedulable, n.metadata.labels
     last = json.loads(n.metadata.annotations["nvidia.com/gpu-driver-upgrade-last-transition"])
     assert name in last["reason"] and "unreachable" in last["reason"], last
     from kubernetes.client.rest import ApiException
@@ -196,7 +198,7 @@ def test_host_lost_during_host_work_is_recorded_and_the_rerun_finishes(core_v1, 
     row = {h["host"]: h for h in json.loads((report_dir / "latest.json").read_text())["hosts"]}[name]
     assert row["status"] == "upgraded" and row["new_version"] == TARGET, row
     n = core_v1.read_node(name)
-    assert n.metadata.labels[STATE] == "upgrade-done" and not n.spec.unschedulable
+    assert n.metadata.labels[STATE] == sm.UPGRADE_DONE and not n.spec.unschedulable
     assert hx(name, "cat /sys/module/nvidia/version").stdout.strip() == TARGET
     assert hx(name, "test -e /var/lib/npuops-fleet/window.json; echo $?").stdout.strip() == "1"
     held_after = set(hx(name, "apt-mark showhold").stdout.split())
@@ -231,7 +233,7 @@ def test_a_lane_whose_host_is_lost_after_an_admin_set_the_skip_label_leaves_the_
         def started() -> bool:
             nonlocal first
             for name in two_gpu_hosts:
-                if (core_v1.read_node(name).metadata.labels or {}).get(STATE) not in (None, "", "upgrade-required"):
+                if (core_v1.read_node(name).metadata.labels or {}).get(STATE) not in (None, "", sm.UPGRADE_REQUIRED):
                     first = name
             return run.poll() is not None or first is not None
 
@@ -255,7 +257,7 @@ def test_a_lane_whose_host_is_lost_after_an_admin_set_the_skip_label_leaves_the_
     assert rc == 0 and summary["result"] == "ok", (summary["result"], out)
     n = core_v1.read_node(second)
     labels = n.metadata.labels or {}
-    assert not n.spec.unschedulable and labels.get(STATE) in (None, "", "upgrade-required"), labels
+    assert not n.spec.unschedulable and labels.get(STATE) in (None, "", sm.UPGRADE_REQUIRED), labels
     assert not list(report_dir.glob("*/failures/*")), "a skipped node was counted as a failure"
     n = core_v1.read_node(first)
-    assert n.metadata.labels[STATE] == "upgrade-done" and not n.spec.unschedulable, n.metadata.labels
+    assert n.metadata.labels[STATE] == sm.UPGRADE_DONE and not n.spec.unschedulable, n.metadata.labels

@@ -17,6 +17,8 @@ import pytest
 from scratchhost import play, scratch_host
 from test_host_lost import hx
 
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import states as sm
+
 pytestmark = pytest.mark.lab
 
 OLD, TARGET = "535.183.06", "550.90.07"
@@ -62,7 +64,7 @@ def test_a_process_holding_the_gpu_stops_the_reload_and_a_rerun_finishes(
     assert h["reason"].startswith("module reload impossible: rmmod: ERROR: Module nvidia is in use"), h["reason"]
     assert f"pid {pid} (sleep 3000)" in h["reason"], h["reason"]
     node = core_v1.read_node(name)
-    assert (node.metadata.labels or {}).get(STATE) == "upgrade-failed"
+    assert (node.metadata.labels or {}).get(STATE) == sm.UPGRADE_FAILED
     assert node.spec.unschedulable is True
     # nothing was loaded back: the old module is still the loaded one
     assert hx(name, "cat /sys/module/nvidia/version").stdout.strip() == OLD
@@ -71,9 +73,9 @@ def test_a_process_holding_the_gpu_stops_the_reload_and_a_rerun_finishes(
     rc, out = play(name, lab_kubeconfig, report_dir, *window)
     assert rc == 0, out[-5000:]
     h = {x["host"]: x for x in json.loads((report_dir / "latest.json").read_text())["hosts"]}[name]
-    assert h["status"] == "upgraded" and h["final_state"] == "upgrade-done", h
+    assert h["status"] == "upgraded" and h["final_state"] == sm.UPGRADE_DONE, h
     assert hx(name, "cat /sys/module/nvidia/version").stdout.strip() == TARGET
     node = core_v1.read_node(name)
-    assert (node.metadata.labels or {}).get(STATE) == "upgrade-done"
+    assert (node.metadata.labels or {}).get(STATE) == sm.UPGRADE_DONE
     assert not node.spec.unschedulable
     assert hx(name, "systemctl is-active nvidia-persistenced").stdout.strip() == "active"

@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 from labhelpers import container, run_playbook
 
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import states as sm
+
 REPO = Path(__file__).resolve().parents[2]
 HOSTS = REPO / "tests" / "lab" / "hosts"
 HOSTCTL = HOSTS / "hostctl"
@@ -450,13 +452,13 @@ def test_window_upgrades_gpu_and_npu_then_rerun_changes_nothing(kubeconfig, core
         "535.183.06",
         "550.90.07",
         "upgraded",
-        "upgrade-done",
+        sm.UPGRADE_DONE,
     )
     assert (n["old_version"], n["new_version"], n["status"], n["final_state"]) == (
         "2.4.0",
         "3.0.0",
         "upgraded",
-        "upgrade-done",
+        sm.UPGRADE_DONE,
     )
     for h in (g, n):
         assert {"preflight", "prepare", "install", "reload", "verify", "finish"} <= set(h["durations"]), h
@@ -470,7 +472,7 @@ def test_window_upgrades_gpu_and_npu_then_rerun_changes_nothing(kubeconfig, core
     assert "hold" in hx(N1, "dpkg --get-selections nvidia-utils-550-server").stdout
     for name, key in ((N1, GPU_STATE), (NPU, NPU_STATE)):
         nd = node(core_v1, name)
-        assert nd.metadata.labels.get(key) == "upgrade-done"
+        assert nd.metadata.labels.get(key) == sm.UPGRADE_DONE
         assert not nd.spec.unschedulable
     md = (report_dir / "latest.md").read_text()
     assert "535.183.06 -> 550.90.07" in md and "2.4.0 -> 3.0.0" in md
@@ -501,13 +503,13 @@ def test_reboot_timeout_marks_upgrade_failed_and_stops_later_batches(kubeconfig,
     g, n = hosts[N1], hosts[NPU]
     assert g["status"] == "failed" and g["failed_phase"] == "reboot", g
     assert "timed out" in g["reason"].lower(), g["reason"]
-    assert g["final_state"] == "upgrade-failed"
+    assert g["final_state"] == sm.UPGRADE_FAILED
     assert n["status"] == "not-started" and N1 in n["reason"], n
     nd = node(core_v1, N1)
-    assert nd.metadata.labels.get(GPU_STATE) == "upgrade-failed"
+    assert nd.metadata.labels.get(GPU_STATE) == sm.UPGRADE_FAILED
     assert nd.spec.unschedulable
     npu = node(core_v1, NPU)
-    assert not npu.spec.unschedulable and npu.metadata.labels.get(NPU_STATE) in (None, "", "upgrade-done")
+    assert not npu.spec.unschedulable and npu.metadata.labels.get(NPU_STATE) in (None, "", sm.UPGRADE_DONE)
     assert "2.4.0" in hx(NPU, "cat /sys/module/rebellions/version").stdout
     assert N1 in (report_dir / "latest.md").read_text()
 
@@ -634,7 +636,7 @@ def test_kernel_patch_with_holds_in_place(kubeconfig, core_v1, coordination_v1, 
     assert rc == 0, out[-6000:]
     s, hosts = summary(report_dir)
     h = hosts[N2]
-    assert (h["status"], h["final_state"], h["rebooted"]) == ("upgraded", "upgrade-done", True), h
+    assert (h["status"], h["final_state"], h["rebooted"]) == ("upgraded", sm.UPGRADE_DONE, True), h
     assert (h["kernel_before"], h["kernel_after"]) == (K45, K52), h
     assert h["boot_kernel_module"]["kernel"] == K52 and h["boot_kernel_module"]["version"] == "550.90.07", h
     assert installed(N2, planned) == planned  # apt did what the plan said
@@ -652,7 +654,7 @@ def test_kernel_patch_with_holds_in_place(kubeconfig, core_v1, coordination_v1, 
     assert held | {f"linux-image-{K52}", f"linux-modules-{K52}", f"linux-headers-{K52}"} <= now, (held, now)
     nd = node(core_v1, N2)
     assert nd.status.node_info.kernel_version == K52
-    assert nd.metadata.labels.get(GPU_STATE) == "upgrade-done" and not nd.spec.unschedulable
+    assert nd.metadata.labels.get(GPU_STATE) == sm.UPGRADE_DONE and not nd.spec.unschedulable
 
     rc, out = playbook("maintenance_window.yml", kubeconfig, report_dir, N2, patch)
     assert rc == 0, out[-6000:]
@@ -785,7 +787,7 @@ def test_retry_after_a_lost_gpu_compares_with_the_first_attempts_devices(
         assert "devices 7 (before the first attempt 8" in h["reason"], (attempt, h["reason"])
         assert h["baseline"]["device_count"] == 8, (attempt, h)
         n = node(core_v1, N1)
-        assert n.metadata.labels.get(GPU_STATE) == "upgrade-failed" and n.spec.unschedulable, attempt
+        assert n.metadata.labels.get(GPU_STATE) == sm.UPGRADE_FAILED and n.spec.unschedulable, attempt
     # run 2 saw the host at the target version with 7 devices and still did not take the shortcut
     assert h["baseline_mismatch"] and "7 devices, 8 before" in h["baseline_mismatch"], h
 
@@ -810,24 +812,24 @@ def test_rerun_after_a_kill_in_a_finish_or_reboot_state_goes_on_from_there(
             N1, {"metadata": {"labels": {GPU_STATE: state}, "annotations": body_anns}, "spec": {"unschedulable": True}}
         )
 
-    left_in("uncordon-required")
+    left_in(sm.UNCORDON_REQUIRED)
     rc, out = playbook("maintenance_window.yml", kubeconfig, report_dir, N1)
     assert rc == 0, out[-4000:]
     _s, hosts = summary(report_dir)
     h = hosts[N1]
-    assert h["status"] == "upgraded" and h["resumed_from"] == "uncordon-required", h
+    assert h["status"] == "upgraded" and h["resumed_from"] == sm.UNCORDON_REQUIRED, h
     assert "install" not in h["durations"] and not h["rebooted"], h
     n = node(core_v1, N1)
-    assert n.metadata.labels[GPU_STATE] == "upgrade-done" and not n.spec.unschedulable
+    assert n.metadata.labels[GPU_STATE] == sm.UPGRADE_DONE and not n.spec.unschedulable
 
     boot = n.status.node_info.boot_id
-    left_in("reboot-required", **{"boot-id-before": boot, "target-version": "550.90.07"})
+    left_in(sm.REBOOT_REQUIRED, **{"boot-id-before": boot, "target-version": "550.90.07"})
     rc, out = playbook("maintenance_window.yml", kubeconfig, report_dir, N1)
     assert rc == 0, out[-4000:]
     _s, hosts = summary(report_dir)
     h = hosts[N1]
-    assert h["status"] == "upgraded" and h["rebooted"] and h["resumed_from"] == "reboot-required", h
-    assert "earlier run left the node in reboot-required" in h["reboot_reason"], h
+    assert h["status"] == "upgraded" and h["rebooted"] and h["resumed_from"] == sm.REBOOT_REQUIRED, h
+    assert f"earlier run left the node in {sm.REBOOT_REQUIRED}" in h["reboot_reason"], h
     n = node(core_v1, N1)
-    assert n.metadata.labels[GPU_STATE] == "upgrade-done" and not n.spec.unschedulable
+    assert n.metadata.labels[GPU_STATE] == sm.UPGRADE_DONE and not n.spec.unschedulable
     assert n.status.node_info.boot_id != boot

@@ -20,6 +20,8 @@ import pytest
 from scratchhost import host_row, play, reload_window, scratch_host
 from test_host_lost import hx
 
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import states as sm
+
 pytestmark = pytest.mark.lab
 
 OLD, TARGET, NEXT = "535.183.06", "550.90.07", "580.126.09"
@@ -72,7 +74,7 @@ def test_the_mig_layout_is_made_again_after_the_reload(core_v1, lab_kubeconfig, 
         assert h["mig_reapplied"] == h["mig_before"], h
         assert "MIG devices made again after the module reload or reboot" in (report_dir / "latest.md").read_text()
         node = core_v1.read_node(name)
-        assert (node.metadata.labels or {}).get(STATE) == "upgrade-done" and not node.spec.unschedulable
+        assert (node.metadata.labels or {}).get(STATE) == sm.UPGRADE_DONE and not node.spec.unschedulable
         assert hx(name, "test -e /var/lib/npuops-fleet/window.json").returncode != 0  # restored, record gone
 
         # a run killed after its reload: the record it wrote before the host work, then the modules reloaded

@@ -24,6 +24,8 @@ from ansible_tasks import COLLECTIONS, run_module
 from labhelpers import driver_labels, gone, shipped_rbac, wait
 from lablib import nodes as labnodes  # tests/lab on sys.path via conftest.py
 
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import states as sm
+
 pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
@@ -211,7 +213,7 @@ def test_drain_scenario_pdb_refuses_then_succeeds_and_finish_uncordons(
     assert any("trainer-pdb" in p for p in res["blocking_pdbs"])
     after = core_v1.read_node(node)
     assert not after.spec.unschedulable
-    assert after.metadata.labels[STATE] == "upgrade-failed"
+    assert after.metadata.labels[STATE] == sm.UPGRADE_FAILED
     assert after.metadata.labels[DEVICE_PLUGIN] == "true"
     assert "trainer-pdb" in json.loads(after.metadata.annotations[ANN_PREFIX + "last-transition"])["reason"]
 
@@ -219,16 +221,16 @@ def test_drain_scenario_pdb_refuses_then_succeeds_and_finish_uncordons(
     relax_pdb(policy_v1)
     res = upgrade(kubeconfig, node, "prepare", target_version="550.90.07", policy=FAST_DRAIN)
     assert not res.get("failed"), res.get("msg")
-    assert res["state"] == "pod-restart-required" and res["previous_state"] == "upgrade-failed"
+    assert res["state"] == sm.POD_RESTART_REQUIRED and res["previous_state"] == sm.UPGRADE_FAILED
     assert res["cordoned_by_upgrade"] and res["host_work_required"]
     assert any(e.startswith("gpu-drv/trainer-") for e in res["evicted"])
     assert [t["to"] for t in res["transitions"]] == [
-        "upgrade-required",
-        "cordon-required",
-        "wait-for-jobs-required",
-        "pod-deletion-required",
-        "drain-required",
-        "pod-restart-required",
+        sm.UPGRADE_REQUIRED,
+        sm.CORDON_REQUIRED,
+        sm.WAIT_FOR_JOBS_REQUIRED,
+        sm.POD_DELETION_REQUIRED,
+        sm.DRAIN_REQUIRED,
+        sm.POD_RESTART_REQUIRED,
     ]
     n = core_v1.read_node(node)
     assert n.spec.unschedulable and n.metadata.labels[DEVICE_PLUGIN] == "paused-for-driver-upgrade"
@@ -238,7 +240,7 @@ def test_drain_scenario_pdb_refuses_then_succeeds_and_finish_uncordons(
     core_v1.patch_node(node, {"metadata": {"labels": driver_labels("550.90.07")}})
     res = upgrade(kubeconfig, node, "finish", target_version="550.90.07", validation_timeout=60)
     assert not res.get("failed"), res.get("msg")
-    assert res["state"] == "upgrade-done" and res["at_target"]
+    assert res["state"] == sm.UPGRADE_DONE and res["at_target"]
     n = core_v1.read_node(node)
     assert not n.spec.unschedulable
     assert n.metadata.labels[DEVICE_PLUGIN] == "true"
@@ -248,7 +250,7 @@ def test_drain_scenario_pdb_refuses_then_succeeds_and_finish_uncordons(
     assert {"DriverUpgradeStateChanged", "DriverUpgradeFailed"} <= reasons
     # Rerun after success changes nothing.
     res = upgrade(kubeconfig, node, "finish", target_version="550.90.07")
-    assert not res["changed"] and res["state"] == "upgrade-done"
+    assert not res["changed"] and res["state"] == sm.UPGRADE_DONE
 
 
 def test_admin_cordoned_node_stays_cordoned_and_validation_times_out(core_v1, kubeconfig, node_guard):
@@ -256,12 +258,12 @@ def test_admin_cordoned_node_stays_cordoned_and_validation_times_out(core_v1, ku
     core_v1.patch_node(node, {"spec": {"unschedulable": True}})
     res = upgrade(kubeconfig, node, "prepare", target_version="560.35.03", policy={"maxParallelUpgrades": 0})
     assert not res.get("failed"), res.get("msg")
-    assert res["state"] == "pod-restart-required" and not res["cordoned_by_upgrade"]
+    assert res["state"] == sm.POD_RESTART_REQUIRED and not res["cordoned_by_upgrade"]
     # C16: validation has a timeout and a reason on the node; the node stays cordoned.
     res = upgrade(kubeconfig, node, "finish", validation_timeout=3)
     assert res.get("failed") and "driver label says 550.90.07, target is 560.35.03" in res["msg"]
     n = core_v1.read_node(node)
-    assert n.metadata.labels[STATE] == "upgrade-failed" and n.spec.unschedulable
+    assert n.metadata.labels[STATE] == sm.UPGRADE_FAILED and n.spec.unschedulable
     assert "560.35.03" in json.loads(n.metadata.annotations[ANN_PREFIX + "last-transition"])["reason"]
     # Retry; the driver now reports the target: done, and still cordoned (admin's cordon).
     res = upgrade(kubeconfig, node, "prepare", target_version="560.35.03", policy={"maxParallelUpgrades": 0})
@@ -269,22 +271,22 @@ def test_admin_cordoned_node_stays_cordoned_and_validation_times_out(core_v1, ku
     core_v1.patch_node(node, {"metadata": {"labels": driver_labels("560.35.03")}})
     res = upgrade(kubeconfig, node, "finish", target_version="560.35.03")
     assert not res.get("failed"), res.get("msg")
-    assert res["state"] == "upgrade-done"
+    assert res["state"] == sm.UPGRADE_DONE
     assert core_v1.read_node(node).spec.unschedulable is True
 
 
 def test_c16_relabelled_required_is_done_only_at_target(core_v1, kubeconfig, node_guard):
     node = node_guard("lab-node-0")  # runs 550.90.07
-    core_v1.patch_node(node, {"metadata": {"labels": {STATE: "upgrade-required"}}})
+    core_v1.patch_node(node, {"metadata": {"labels": {STATE: sm.UPGRADE_REQUIRED}}})
     res = upgrade(kubeconfig, node, "prepare", target_version="560.35.03", check=True)
     assert not res.get("failed"), res.get("msg")
-    assert "upgrade-done" not in [t["to"] for t in res["transitions"]]
-    assert res["transitions"][-1]["to"] == "pod-restart-required"
+    assert sm.UPGRADE_DONE not in [t["to"] for t in res["transitions"]]
+    assert res["transitions"][-1]["to"] == sm.POD_RESTART_REQUIRED
     n = core_v1.read_node(node)
-    assert n.metadata.labels[STATE] == "upgrade-required" and not n.spec.unschedulable  # check mode: no change
+    assert n.metadata.labels[STATE] == sm.UPGRADE_REQUIRED and not n.spec.unschedulable  # check mode: no change
     res = upgrade(kubeconfig, node, "prepare", target_version="550.90.07")
-    assert res["state"] == "upgrade-done" and res["host_work_required"] is False
-    assert [t["to"] for t in res["transitions"]] == ["upgrade-done"]
+    assert res["state"] == sm.UPGRADE_DONE and res["host_work_required"] is False
+    assert [t["to"] for t in res["transitions"]] == [sm.UPGRADE_DONE]
     assert not core_v1.read_node(node).spec.unschedulable
 
 
@@ -444,8 +446,8 @@ def test_killed_mid_drain_then_rerun_resumes(core_v1, policy_v1, kubeconfig, nod
     proc = _start_playbook(kubeconfig, [{"npuops.fleet.npu_node_upgrade": args}])
     try:
         wait(
-            "drain-required",
-            lambda: (core_v1.read_node(node).metadata.labels or {}).get(STATE) == "drain-required",
+            sm.DRAIN_REQUIRED,
+            lambda: (core_v1.read_node(node).metadata.labels or {}).get(STATE) == sm.DRAIN_REQUIRED,
             timeout=90,
         )
         time.sleep(2)  # inside the eviction retry loop (trainer-pdb refuses)
@@ -457,15 +459,15 @@ def test_killed_mid_drain_then_rerun_resumes(core_v1, policy_v1, kubeconfig, nod
                 pass
         proc.wait()
     n = core_v1.read_node(node)
-    assert n.spec.unschedulable and n.metadata.labels[STATE] == "drain-required"
+    assert n.spec.unschedulable and n.metadata.labels[STATE] == sm.DRAIN_REQUIRED
     relax_pdb(policy_v1)
     res = upgrade(kubeconfig, node, "prepare", target_version="550.90.07", policy=FAST_DRAIN)
     assert not res.get("failed"), res.get("msg")
-    assert res["previous_state"] == "drain-required"
-    assert [t["to"] for t in res["transitions"]] == ["pod-restart-required"]
+    assert res["previous_state"] == sm.DRAIN_REQUIRED
+    assert [t["to"] for t in res["transitions"]] == [sm.POD_RESTART_REQUIRED]
     assert res["cordoned_by_upgrade"]
     res = upgrade(kubeconfig, node, "fail", reason="host work failed (test)")
-    assert res["state"] == "upgrade-failed"
+    assert res["state"] == sm.UPGRADE_FAILED
     assert core_v1.read_node(node).spec.unschedulable  # fail leaves the node cordoned
 
 
@@ -542,23 +544,23 @@ def test_gpu_pod_deletion_and_reboot_path(core_v1, apps_v1, kubeconfig, node_gua
         res = upgrade(kubeconfig, node, "prepare", target_version="560.35.03", policy={"maxParallelUpgrades": 0})
         assert not res.get("failed"), res.get("msg")
         assert any(d.startswith("gpu-drv/it-gpu-job-") for d in res["deleted"]) and not res["evicted"]
-        assert "drain-required" not in [t["to"] for t in res["transitions"]]  # drain disabled by default
+        assert sm.DRAIN_REQUIRED not in [t["to"] for t in res["transitions"]]  # drain disabled by default
         labnodes.set_node_info(core_v1, node, boot_id="it-boot-1")
-        assert upgrade(kubeconfig, node, "reboot")["state"] == "reboot-required"
+        assert upgrade(kubeconfig, node, "reboot")["state"] == sm.REBOOT_REQUIRED
         res = upgrade(kubeconfig, node, "finish", validation_timeout=3)  # no reboot seen: same bootID
         assert res.get("failed") and "still reports bootID it-boot-1" in res["msg"], res.get("msg")
         assert core_v1.read_node(node).spec.unschedulable
         res = upgrade(kubeconfig, node, "prepare", target_version="560.35.03", policy={"maxParallelUpgrades": 0})
-        assert upgrade(kubeconfig, node, "reboot")["state"] == "reboot-required"
+        assert upgrade(kubeconfig, node, "reboot")["state"] == sm.REBOOT_REQUIRED
         labnodes.set_node_info(core_v1, node, boot_id="it-boot-2")  # the kubelet after the reboot
         core_v1.patch_node(node, {"metadata": {"labels": driver_labels("560.35.03")}})
         res = upgrade(kubeconfig, node, "finish")
         assert not res.get("failed"), res.get("msg")
         assert [t["to"] for t in res["transitions"]] == [
-            "reboot-validation-required",
-            "validation-required",
-            "uncordon-required",
-            "upgrade-done",
+            sm.REBOOT_VALIDATION_REQUIRED,
+            sm.VALIDATION_REQUIRED,
+            sm.UNCORDON_REQUIRED,
+            sm.UPGRADE_DONE,
         ]
         assert not core_v1.read_node(node).spec.unschedulable
     finally:
@@ -571,14 +573,14 @@ def test_rebellions_npu_node_prepare_finish(core_v1, kubeconfig, node_guard):
     args = {"vendor": "rebellions", "target_version": "3.0.0"}
     res = upgrade(kubeconfig, node, "prepare", **args)
     assert not res.get("failed"), res.get("msg")
-    assert res["driver_version"] == "2.4.0" and res["state"] == "pod-restart-required"
+    assert res["driver_version"] == "2.4.0" and res["state"] == sm.POD_RESTART_REQUIRED
     labels = core_v1.read_node(node).metadata.labels
-    assert labels["rebellions.ai/npu-driver-upgrade-state"] == "pod-restart-required"
+    assert labels["rebellions.ai/npu-driver-upgrade-state"] == sm.POD_RESTART_REQUIRED
     assert labels["rebellions.ai/npu.deploy.device-plugin"] == "paused-for-driver-upgrade"
     assert labels["rebellions.ai/npu.deploy.driver"] == "true"
     core_v1.patch_node(node, {"metadata": {"labels": {"rebellions.ai/driver-version.full": "3.0.0"}}})
     res = upgrade(kubeconfig, node, "finish", **args)
     assert not res.get("failed"), res.get("msg")
     n = core_v1.read_node(node)
-    assert res["state"] == "upgrade-done" and not n.spec.unschedulable
+    assert res["state"] == sm.UPGRADE_DONE and not n.spec.unschedulable
     assert n.metadata.labels["rebellions.ai/npu.deploy.device-plugin"] == "true"

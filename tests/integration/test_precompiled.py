@@ -19,6 +19,8 @@ import pytest
 from scratchhost import dpkg, play, recap_changed, scratch_host
 from test_host_lost import hx
 
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import states as sm
+
 pytestmark = pytest.mark.lab
 
 OLD, TARGET = "550.90.07", "580.126.09"
@@ -60,7 +62,7 @@ def test_branch_change_and_kernel_patch_on_precompiled_modules(core_v1, precompi
     assert rc == 0, out[-5000:]
     s = json.loads((report_dir / "latest.json").read_text())
     h = {x["host"]: x for x in s["hosts"]}[name]
-    assert h["status"] == "upgraded" and h["final_state"] == "upgrade-done", h
+    assert h["status"] == "upgraded" and h["final_state"] == sm.UPGRADE_DONE, h
     assert h["rebooted"] is True and h["kernel_after"] == K_NEW, h
     assert hx(name, "uname -r").stdout.strip() == K_NEW
     assert hx(name, "cat /sys/module/nvidia/version").stdout.strip() == TARGET
@@ -82,7 +84,7 @@ def test_branch_change_and_kernel_patch_on_precompiled_modules(core_v1, precompi
         "nvidia-kernel-common-580-server",
         f"linux-image-{K_NEW}",
     } <= held, held
-    assert (core_v1.read_node(name).metadata.labels or {}).get(STATE) == "upgrade-done"
+    assert (core_v1.read_node(name).metadata.labels or {}).get(STATE) == sm.UPGRADE_DONE
 
     rc, out = play(name, lab_kubeconfig, report_dir, *window)
     assert rc == 0, out[-4000:]

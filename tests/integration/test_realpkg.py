@@ -34,6 +34,8 @@ import pytest
 from scratchhost import dpkg, play, recap_changed, scratch_host
 from test_host_lost import hx
 
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import states as sm
+
 pytestmark = [
     pytest.mark.lab,
     # conftest.py keeps these only with NPUOPS_REALPKG=1 (all) or auto (`make test`: one with a cached image)
@@ -98,8 +100,8 @@ def test_in_branch_upgrade_with_real_debian_packages_and_real_dkms(core_v1, real
     assert rc == 0, out[-6000:]
     s = json.loads((report_dir / "latest.json").read_text())
     h = {x["host"]: x for x in s["hosts"]}[name]
-    assert h["status"] == "upgraded" and h["final_state"] == "upgrade-done", h
-    assert (core_v1.read_node(name).metadata.labels or {}).get(STATE) == "upgrade-done"
+    assert h["status"] == "upgraded" and h["final_state"] == sm.UPGRADE_DONE, h
+    assert (core_v1.read_node(name).metadata.labels or {}).get(STATE) == sm.UPGRADE_DONE
 
     after = dpkg(name)
     assert {p: after[p][0] for p in MOVING} == {p: TARGET + "-1" for p in MOVING}, after
@@ -184,7 +186,7 @@ def test_tesla_branch_change_470_to_535_with_real_debian_packages_and_real_dkms(
     assert rc == 0, out[-6000:]
     s = json.loads((report_dir / "latest.json").read_text())
     h = {x["host"]: x for x in s["hosts"]}[name]
-    assert h["status"] == "upgraded" and h["final_state"] == "upgrade-done", h
+    assert h["status"] == "upgraded" and h["final_state"] == sm.UPGRADE_DONE, h
 
     after = dpkg(name)
     # the whole 470 branch left in the same transaction (nothing conflicts: the branches co-install) and
@@ -206,7 +208,7 @@ def test_tesla_branch_change_470_to_535_with_real_debian_packages_and_real_dkms(
     assert {p.format(b="535") for p in TESLA} <= held_after, held_after
     assert not {p for p in held_after if "-470-" in p or p.endswith("-470")}, held_after
     node = core_v1.read_node(name)
-    assert (node.metadata.labels or {}).get(STATE) == "upgrade-done" and not node.spec.unschedulable
+    assert (node.metadata.labels or {}).get(STATE) == sm.UPGRADE_DONE and not node.spec.unschedulable
 
     rc, out = play(name, lab_kubeconfig, report_dir, *window)
     assert rc == 0, out[-4000:]
@@ -230,12 +232,12 @@ def test_a_real_dkms_build_that_fails_for_the_patched_kernel_stops_before_the_re
     s = json.loads((report_dir / "latest.json").read_text())
     h = {x["host"]: x for x in s["hosts"]}[name]
     log = f"/var/lib/dkms/nvidia-tesla-470/{T470}/build/make.log"
-    assert h["status"] == "failed" and h["final_state"] == "upgrade-failed", h
+    assert h["status"] == "failed" and h["final_state"] == sm.UPGRADE_FAILED, h
     assert f"DKMS module build failed for kernel {K612}; see {log}" in h["reason"], h["reason"]
     assert h["rebooted"] is False and hx(name, "cat /run/npuops-lab/boot_id").stdout.strip() == boot_before
     assert "error" in hx(name, f"cat {log}").stdout  # the real compiler's
     node = core_v1.read_node(name)
-    assert (node.metadata.labels or {}).get(STATE) == "upgrade-failed" and node.spec.unschedulable is True
+    assert (node.metadata.labels or {}).get(STATE) == sm.UPGRADE_FAILED and node.spec.unschedulable is True
     # the running driver is untouched and its service runs; the holds are back
     assert hx(name, "cat /sys/module/nvidia/version").stdout.strip() == T470
     assert hx(name, "systemctl is-active nvidia-persistenced").stdout.strip() == "active"

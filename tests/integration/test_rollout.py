@@ -15,6 +15,8 @@ import pytest
 from fleetlab import NEW, STATE, LimitWatcher, held_workload, recap, scratch_fleet, window
 from kubernetes import client, watch
 
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import states as sm
+
 WINDOW_LEASE = "npuops-fleet-maintenance-window"
 POLICY = {
     "autoUpgrade": True,
@@ -254,7 +256,7 @@ def test_a_rolling_window_killed_mid_upgrade_is_resumed_by_a_rerun_and_leaks_no_
         lease = coordination_v1.read_namespaced_lease(WINDOW_LEASE, "kube-system")
         holder = lease.spec.holder_identity
         states = {n: (core_v1.read_node(n).metadata.labels or {}).get(STATE) for n in names}
-        assert any(states[n] not in (None, "upgrade-done") for n in in_flight), states
+        assert any(states[n] not in (None, sm.UPGRADE_DONE) for n in in_flight), states
 
         rc, out, _took = window(tmp_path, kubeconfig, names, *ROLLING, f"maintenance_take_over={holder}")
         watcher.stop()
@@ -262,11 +264,11 @@ def test_a_rolling_window_killed_mid_upgrade_is_resumed_by_a_rerun_and_leaks_no_
         s, hosts = summary(tmp_path)
         assert {h: hosts[h]["status"] for h in names} == {h: "upgraded" for h in names}, hosts
         assert s["previous_run"] == holder and set(s["found_unfinished"]) >= {
-            n for n in in_flight if states[n] not in (None, "upgrade-done")
+            n for n in in_flight if states[n] not in (None, sm.UPGRADE_DONE)
         }
         for n in names:
             node = core_v1.read_node(n)
-            assert (node.metadata.labels or {}).get(STATE) == "upgrade-done" and not node.spec.unschedulable
+            assert (node.metadata.labels or {}).get(STATE) == sm.UPGRADE_DONE and not node.spec.unschedulable
         assert watcher.peak_unavailable <= 2 and watcher.peak_upgrading <= 2, vars(watcher)
         adm = coordination_v1.read_namespaced_lease("npuops-fleet-admission-nvidia", "kube-system")
         entries = json.loads((adm.metadata.annotations or {}).get("npuops.io/admitted-nodes") or "{}")

@@ -20,6 +20,8 @@ from ansible_tasks import run_module
 from kubernetes import client
 from labhelpers import create_kwok_nodes, delete_nodes, driver_labels, dry_run_eviction, poll, ready, wait
 
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import states as sm
+
 pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,17 +30,19 @@ PRESENT = "it.npuops.io/gpu.present"
 STATE = "nvidia.com/gpu-driver-upgrade-state"
 SKIP = "nvidia.com/gpu-driver-upgrade.skip"
 ANN = "nvidia.com/gpu-driver-upgrade-"
+# the states that count as taken by an upgrade (admission to uncordon): the tests' own choice, not
+# states.py's IN_PROGRESS_STATES; only the names are states.py's constants
 TAKEN = {
-    "upgrade-required",
-    "cordon-required",
-    "wait-for-jobs-required",
-    "pod-deletion-required",
-    "drain-required",
-    "pod-restart-required",
-    "reboot-required",
-    "reboot-validation-required",
-    "validation-required",
-    "uncordon-required",
+    sm.UPGRADE_REQUIRED,
+    sm.CORDON_REQUIRED,
+    sm.WAIT_FOR_JOBS_REQUIRED,
+    sm.POD_DELETION_REQUIRED,
+    sm.DRAIN_REQUIRED,
+    sm.POD_RESTART_REQUIRED,
+    sm.REBOOT_REQUIRED,
+    sm.REBOOT_VALIDATION_REQUIRED,
+    sm.VALIDATION_REQUIRED,
+    sm.UNCORDON_REQUIRED,
 }
 # The nodes of these tests are a "vendor" of their own: nvidia's labels, another presence label.
 PROFILE = {"presence_label": PRESENT}
@@ -163,27 +167,30 @@ def test_terminating_gpu_pod_blocks_host_work_until_timeout(core_v1, kubeconfig,
     res = upgrade(kubeconfig, node, "prepare", target_version="550.90.07", policy=policy)
     took = time.monotonic() - t0
     assert res.get("failed"), res
-    assert res.get("state") != "pod-restart-required"
+    assert res.get("state") != sm.POD_RESTART_REQUIRED
     assert "gpu-drv/ckpt-writer" in res["msg"] and "podDeletion.timeoutSeconds=6" in res["msg"], res["msg"]
     assert "terminating" in res["msg"]
     # The module's own record of the wait: it entered the pod-deletion step, waited there for the
     # timeout (its transition times, whole seconds) and then failed -- not at once, and not past a
     # retry of the step. The pod's 900 s grace is not what ended it: the pod is still there, terminating.
     steps = [(t["from"], t["to"]) for t in res["transitions"]]
-    assert steps[-2:] == [(steps[-2][0], "pod-deletion-required"), ("pod-deletion-required", "upgrade-failed")], steps
+    assert steps[-2:] == [
+        (steps[-2][0], sm.POD_DELETION_REQUIRED),
+        (sm.POD_DELETION_REQUIRED, sm.UPGRADE_FAILED),
+    ], steps
     entered, failed = (iso_seconds(t["time"]) for t in res["transitions"][-2:])
     assert failed - entered >= 6 - 1, res["transitions"]
     held = core_v1.read_namespaced_pod("ckpt-writer", NS)
     assert held.metadata.deletion_timestamp and held.metadata.finalizers == ["npuops.io/it-hold"], held.metadata
     print("terminating pod: the step waited %.0fs by its transitions; whole run %.1fs" % (failed - entered, took))
     n = core_v1.read_node(node)
-    assert n.metadata.labels[STATE] == "upgrade-failed" and not n.spec.unschedulable
+    assert n.metadata.labels[STATE] == sm.UPGRADE_FAILED and not n.spec.unschedulable
     # once the pod is really gone, the retry goes on to host work
     core_v1.patch_namespaced_pod("ckpt-writer", NS, {"metadata": {"finalizers": None}})
     wait("pod gone", lambda: not core_v1.list_namespaced_pod(NS, field_selector="metadata.name=ckpt-writer").items)
     res = upgrade(kubeconfig, node, "prepare", target_version="550.90.07", policy=policy)
     assert not res.get("failed"), res.get("msg")
-    assert res["state"] == "pod-restart-required"
+    assert res["state"] == sm.POD_RESTART_REQUIRED
 
 
 def test_pod_deletion_evicts_and_honours_a_pdb(core_v1, apps_v1, policy_v1, kubeconfig, kwok_nodes):
@@ -267,7 +274,7 @@ def test_concurrent_prepares_never_exceed_max_unavailable(core_v1, kubeconfig, k
             if name in finished:
                 continue
             labels = core_v1.read_node(name).metadata.labels or {}
-            if labels.get(STATE) == "pod-restart-required":
+            if labels.get(STATE) == sm.POD_RESTART_REQUIRED:
                 core_v1.patch_node(name, {"metadata": {"labels": driver_labels("550.90.07")}})
                 res = upgrade(kubeconfig, name, "finish", target_version="550.90.07", validation_timeout=60)
                 assert not res.get("failed"), res.get("msg")
@@ -282,7 +289,7 @@ def test_concurrent_prepares_never_exceed_max_unavailable(core_v1, kubeconfig, k
     for name in targets:
         assert not results[name].get("failed"), results[name].get("msg")
         n = core_v1.read_node(name)
-        assert n.metadata.labels[STATE] == "upgrade-done" and not n.spec.unschedulable
+        assert n.metadata.labels[STATE] == sm.UPGRADE_DONE and not n.spec.unschedulable
     # the slot record is empty again once every start was written
     lease = client.CoordinationV1Api(core_v1.api_client).read_namespaced_lease(
         "npuops-fleet-admission-nvidia", "kube-system"
@@ -304,7 +311,7 @@ def test_two_prepares_racing_on_one_fresh_node_exactly_one_starts(core_v1, kubec
         t.start()
     for t in threads:
         t.join(timeout=300)
-    started = [r for r in results if any(t["to"] == "upgrade-required" for t in r.get("transitions") or [])]
+    started = [r for r in results if any(t["to"] == sm.UPGRADE_REQUIRED for t in r.get("transitions") or [])]
     assert len(started) == 1, results
     # The other call either found the node already prepared or lost a transition to the first one:
     # then it failed naming the other run and undid nothing.
@@ -312,10 +319,10 @@ def test_two_prepares_racing_on_one_fresh_node_exactly_one_starts(core_v1, kubec
     assert len(failed) <= 1, results
     for r in failed:
         assert "another run" in r["msg"], r["msg"]
-    starts = [e for e in events(core_v1, node) if "-> upgrade-required" in (e.message or "")]
+    starts = [e for e in events(core_v1, node) if f"-> {sm.UPGRADE_REQUIRED}" in (e.message or "")]
     assert len(starts) == 1, [e.message for e in starts]
     n = core_v1.read_node(node)
-    assert n.metadata.labels[STATE] == "pod-restart-required" and n.spec.unschedulable
+    assert n.metadata.labels[STATE] == sm.POD_RESTART_REQUIRED and n.spec.unschedulable
 
 
 def test_admission_policy_refusing_an_eviction_aborts_and_restores(
@@ -390,7 +397,7 @@ def test_admission_policy_refusing_an_eviction_aborts_and_restores(
         assert "not retried" in res["msg"], res["msg"]
         assert "must not be evicted by automation" in res["msg"] and name in res["msg"], res["msg"]
         n = core_v1.read_node(node)
-        assert n.metadata.labels[STATE] == "upgrade-failed"
+        assert n.metadata.labels[STATE] == sm.UPGRADE_FAILED
         assert not n.spec.unschedulable
         assert n.metadata.labels["nvidia.com/gpu.deploy.device-plugin"] == "true"
         assert any(e.type == "Warning" and e.reason == "DriverUpgradeFailed" for e in events(core_v1, node))
@@ -404,11 +411,11 @@ def test_skip_label_set_mid_upgrade_does_not_strand_the_node(core_v1, kubeconfig
     (node,) = kwok_nodes(1)
     policy = {"maxUnavailable": "100%"}
     res = upgrade(kubeconfig, node, "prepare", target_version="550.90.07", policy=policy)
-    assert res["state"] == "pod-restart-required", res.get("msg")
+    assert res["state"] == sm.POD_RESTART_REQUIRED, res.get("msg")
     core_v1.patch_node(node, {"metadata": {"labels": {SKIP: "true", **driver_labels("550.90.07")}}})
     res = upgrade(kubeconfig, node, "finish", target_version="550.90.07", validation_timeout=60)
     assert not res.get("failed"), res.get("msg")
-    assert res["state"] == "upgrade-done"
+    assert res["state"] == sm.UPGRADE_DONE
     n = core_v1.read_node(node)
     assert not n.spec.unschedulable and n.metadata.labels["nvidia.com/gpu.deploy.device-plugin"] == "true"
     # before the next upgrade starts, the label is honoured
@@ -424,10 +431,10 @@ def test_retry_keeps_the_first_runs_device_baseline(core_v1, kubeconfig, kwok_no
         kubeconfig, node, "prepare", target_version="550.90.07", policy=policy, baseline={"device_count": 8},
         host_at_target=False,
     )
-    assert res["state"] == "pod-restart-required", res.get("msg")
+    assert res["state"] == sm.POD_RESTART_REQUIRED, res.get("msg")
     core_v1.patch_node(node, {"metadata": {"labels": driver_labels("550.90.07")}})
     res = upgrade(kubeconfig, node, "fail", reason="verify: devices 7 (before 8)")
-    assert res["state"] == "upgrade-failed"
+    assert res["state"] == sm.UPGRADE_FAILED
     # Run 2: GFD says 550.90.07, the host check passes on versions, but the host has 7 devices.
     res = upgrade(
         kubeconfig, node, "prepare", target_version="550.90.07", policy=policy, baseline={"device_count": 7},
@@ -435,7 +442,7 @@ def test_retry_keeps_the_first_runs_device_baseline(core_v1, kubeconfig, kwok_no
     )
     assert not res.get("failed"), res.get("msg")
     assert res["baseline"] == {"device_count": 8}
-    assert res["host_work_required"] and res["state"] == "pod-restart-required"
+    assert res["host_work_required"] and res["state"] == sm.POD_RESTART_REQUIRED
     assert "7 devices, 8 before" in res["baseline_mismatch"]
     n = core_v1.read_node(node)
     assert n.spec.unschedulable  # never put back into service on labels alone

@@ -16,9 +16,19 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize(
     "extra,message",
     [
-        ("maintenance_rollout=rollin", 'maintenance_rollout must be batches or rolling, got "rollin"'),
-        ("maintenance_canary=-1", 'maintenance_canary must be a whole number >= 0, got "-1"'),
-        ("maintenance_max_failures=abc", 'maintenance_max_failures must be a whole number >= 0, got "abc"'),
+        # the role's argument spec (roles/maintenance_window/meta/argument_specs.yml, entry point open)
+        ("maintenance_rollout=rollin", "value of maintenance_rollout must be one of: batches, rolling, got: rollin"),
+        ("maintenance_mode=apply", "value of maintenance_mode must be one of: run, plan, got: apply"),
+        (
+            "maintenance_workload_compat=ignore",
+            "value of maintenance_workload_compat must be one of: refuse, warn, skip, got: ignore",
+        ),
+        (
+            "maintenance_max_failures=abc",
+            "argument 'maintenance_max_failures' is of type str and we were unable to convert to int",
+        ),
+        # what a type cannot say: the role's own check
+        ("maintenance_canary=-1", 'maintenance_canary must be a whole number >= 0, got "-1"; nothing was changed'),
     ],
 )
 def test_a_bad_rollout_variable_is_named_alone(extra, message, tmp_path):
@@ -42,6 +52,7 @@ def test_a_bad_rollout_variable_is_named_alone(extra, message, tmp_path):
     )
     out = p.stdout + p.stderr
     assert p.returncode != 0 and message in out, out[-3000:]
-    others = {"maintenance_rollout", "maintenance_canary", "maintenance_max_failures"} - {extra.split("=")[0]}
-    assert not any("%s must be" % o in out for o in others), out[-3000:]
+    others = {"maintenance_rollout", "maintenance_mode", "maintenance_workload_compat", "maintenance_canary",
+              "maintenance_max_failures"} - {extra.split("=")[0]}
+    assert not any("%s must be" % o in out or "argument '%s'" % o in out for o in others), out[-3000:]
     assert not (tmp_path / "latest.json").exists()

@@ -33,8 +33,9 @@ def test_the_map_has_a_row_per_step_and_a_paragraph_per_layer():
 def test_every_named_file_exists():
     named = 0
     for step, _play, tasks, modules, utils in _rows():
-        for name in re.findall(r"`([\w.]+\.yml)`", tasks):
-            assert (ROOT / "roles" / "driver_upgrade" / "tasks" / name).is_file(), (step, name)
+        for name in re.findall(r"`([\w./]+\.yml)`", tasks):
+            role, file = name.split("/") if "/" in name else ("driver_upgrade", name)
+            assert (ROOT / "roles" / role / "tasks" / file).is_file(), (step, name)
             named += 1
         for name in re.findall(r"`(npu_\w+)`", modules):
             assert (ROOT / "plugins" / "modules" / (name + ".py")).is_file(), (step, name)

@@ -29,7 +29,7 @@ from ansible_collections.npuops.fleet.plugins.module_utils.errors import FleetEr
 from ansible_collections.npuops.fleet.plugins.module_utils.k8s import retry as k8s_retry
 from ansible_collections.npuops.fleet.plugins.module_utils.k8s import wait as k8s_wait
 from ansible_collections.npuops.fleet.plugins.module_utils.k8s.node_snapshot import MAX_AGE, NodeSnapshot
-from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.policy import max_unavailable_count
+from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.policy import UpgradePolicy, max_unavailable_count
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade.record import (
     LAST_TRANSITION,
     get_json_annotation,
@@ -89,7 +89,7 @@ def node_snapshot(core: Any, profile: Mapping[str, Any], fresh: bool = False) ->
 
 def verdict(
     profile: Mapping[str, Any],
-    policy: Any,
+    policy: UpgradePolicy,
     node_name: str,
     nodes: Sequence[Mapping[str, Any]],
     admitted_elsewhere: frozenset[str] | set[str] = frozenset(),
@@ -213,7 +213,7 @@ def wait_admission(
     core: Any,
     slots: Slots,
     profile: Mapping[str, Any],
-    policy: Any,
+    policy: UpgradePolicy,
     node_name: str,
     token: str,
     timeout: Optional[float],
@@ -291,7 +291,12 @@ def wait_admission(
 
 
 def check_admission(
-    core: Any, slots: Optional[Slots], profile: Mapping[str, Any], policy: Any, node_name: str, fresh: bool = False
+    core: Any,
+    slots: Optional[Slots],
+    profile: Mapping[str, Any],
+    policy: UpgradePolicy,
+    node_name: str,
+    fresh: bool = False,
 ) -> Optional[str]:
     """Read-only verdict (no slot claimed); slot record read errors count as empty. ``fresh``: the
     nodes read now, not from the snapshot cache."""
@@ -308,7 +313,7 @@ def wait_verdict(
     core: Any,
     slots: Optional[Slots],
     profile: Mapping[str, Any],
-    policy: Any,
+    policy: UpgradePolicy,
     node_name: str,
     timeout: Optional[float],
     sleep: Callable[[float], None] = k8s_wait.pause,

@@ -34,6 +34,10 @@ def new_result(node_name: str, target_version: Optional[str]) -> dict[str, Any]:
         "node": node_name,
         "state": None,
         "previous_state": None,
+        # set at the end from state / previous_state (states.route_from, states.resumed_from)
+        "route": "none",
+        "resume_route": "install",
+        "resumed_from": None,
         "transitions": [],
         "skipped": False,
         "not_started": False,

@@ -216,7 +216,7 @@ class NodeUpgrade:
                     ctx.result["skip_reason"] = "node is labelled %s=true; its driver is left alone" % skip_label
                     ctx.result["message"] = ctx.result["skip_reason"]
                     if phase == "prepare":
-                        return self._finish_result()
+                        return self._finish_result(phase)
                 elif phase != "status":
                     ctx.warnings.append(
                         "node %s is labelled %s=true while in %s: the label is honoured only before an upgrade "
@@ -245,9 +245,9 @@ class NodeUpgrade:
             ctx.result["message"] = str(exc)
         except UpgradeFailed as exc:
             ctx.result["message"] = str(exc)
-            self._finish_result()
+            self._finish_result(phase)
             raise
-        return self._finish_result()
+        return self._finish_result(phase)
 
     def write_stop(self, reason: str) -> None:
         """Create the stop file with ``reason`` as its first line, unless it exists (the first stays)."""
@@ -258,9 +258,17 @@ class NodeUpgrade:
         ``max_failures`` nodes failed (see guards.record_failure)."""
         guards.record_failure(self.ctx.stop_file, self.ctx.name, reason, max_failures)
 
-    def _finish_result(self) -> dict[str, Any]:
+    def _finish_result(self, phase: str) -> dict[str, Any]:
         ctx = self.ctx
         ctx.result["state"] = ctx.state or None
+        # The routes, so that callers (the role) never map states themselves.
+        ctx.result["route"] = sm.route_from(ctx.state, "none")
+        ctx.result["resume_route"] = sm.route_from(ctx.result["previous_state"], "install")
+        ctx.result["resumed_from"] = (
+            sm.resumed_from(ctx.result["previous_state"], ctx.state)
+            if phase == "prepare" and not ctx.result["skipped"] and not ctx.result["not_started"]
+            else None
+        )
         ctx.result["cordoned_by_upgrade"] = cordon.cordoned_by_upgrade(ctx.profile, ctx.node)
         # Check mode: "changed" says whether the call would change something, as Ansible expects.
         ctx.result["changed"] = ctx.changed or (ctx.check and bool(ctx.result["transitions"]))

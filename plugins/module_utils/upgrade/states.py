@@ -72,6 +72,34 @@ def prepare_next(state: str, drain_enabled: bool) -> Optional[str]:
     }.get(state)
 
 
+# The route the host work takes from the state prepare leaves (or finds) the node in: each state has
+# one way forward, so a run killed anywhere ends as an uninterrupted run would. install: the packages,
+# then a reload or reboot; reboot: the reboot (drain checked again) and its validation; finish: the
+# host work was done, only the checks and the uncordon are left.
+ROUTES = {
+    POD_RESTART_REQUIRED: "install",
+    REBOOT_REQUIRED: "reboot",
+    REBOOT_VALIDATION_REQUIRED: "finish",
+    VALIDATION_REQUIRED: "finish",
+    UNCORDON_REQUIRED: "finish",
+}
+
+
+def route_from(state: Optional[str], default: Optional[str] = None) -> Optional[str]:
+    """The route (install, reboot, finish) from ``state``; ``default`` for a state no route starts from."""
+    return ROUTES.get(state or "", default)
+
+
+def resumed_from(previous_state: Optional[str], state: Optional[str]) -> Optional[str]:
+    """``previous_state`` when a prepare that found the node there and left it in ``state`` (a route's
+    start) went on with an upgrade already under way, else None. Only no label, upgrade-done and
+    upgrade-failed start afresh: upgrade-required counts, as an earlier run's admission (or an admin)
+    asked for this upgrade before the call."""
+    if route_from(state) is None or (previous_state or "") in ("", UPGRADE_DONE, UPGRADE_FAILED):
+        return None
+    return previous_state
+
+
 def finish_next(state: str) -> Optional[str]:
     return {
         REBOOT_REQUIRED: REBOOT_VALIDATION_REQUIRED,

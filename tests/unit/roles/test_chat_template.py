@@ -1,4 +1,4 @@
-"""The window's three chat lines (playbooks/templates/maintenance_chat.txt.j2), rendered as Ansible's
+"""The window's three chat lines (roles/maintenance_window/templates/maintenance_chat.txt.j2), rendered as Ansible's
 template module does (trim_blocks): a reason that begins with its own phase says it once."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ from pathlib import Path
 
 import jinja2
 
-TEMPLATE = Path(__file__).resolve().parents[3] / "playbooks" / "templates" / "maintenance_chat.txt.j2"
+ROLE = Path(__file__).resolve().parents[3] / "roles" / "maintenance_window"
+TEMPLATE = ROLE / "templates" / "maintenance_chat.txt.j2"
 
 
 def render(summary):

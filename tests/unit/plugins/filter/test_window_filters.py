@@ -8,8 +8,12 @@ the controller's templating must not leak into the module tests of this process)
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
 
 import pytest
 
@@ -186,7 +190,9 @@ OLD = {
 RENDER = """
 import json, sys
 from ansible.parsing.dataloader import DataLoader
+from ansible.plugins.loader import init_plugin_loader
 from ansible.template import Templar, trust_as_template
+init_plugin_loader()  # the former Jinja called npuops.fleet.lane_row/lane_order and community.general.counter
 cases = json.load(sys.stdin)
 out = []
 for expr, variables in cases:
@@ -195,9 +201,14 @@ print(json.dumps(out))
 """
 
 
+# the folder holding ansible_collections/npuops/fleet (build/collections, tests/conftest.py), for the child's Ansible
+COLLECTIONS = str(Path(mw.__file__).parents[5])
+
+
 def render(cases):
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=COLLECTIONS)
     proc = subprocess.run([sys.executable, "-c", RENDER], input=json.dumps(cases), capture_output=True, text=True,
-                          check=False)
+                          check=False, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -231,3 +242,242 @@ def test_the_former_jinja_says_the_same():
     want += [totals["not_upgraded"], totals["counts"], roll["found_unfinished"], roll["lease_ttl"],
              mw.rollout(HOSTS, fleet(), lease_ttl=1800)["lease_ttl"]]
     assert got == want
+
+
+# The rest of the former Jinja (playbooks/maintenance_window.yml before commit c03d2a0), the private facts
+# renamed to the public ones as above: _driver_upgrade_result -> driver_upgrade_result,
+# _driver_upgrade_k8s_preflight / _driver_upgrade_before -> driver_upgrade_preflight; hostvars -> hv,
+# ansible_play_hosts / _mw_targets -> hosts. Per-host loop tasks (set_fact over _mw_targets) are a for loop.
+OLD_MORE = {
+    # _mw_positive, _mw_width, _mw_canary, _mw_rolling, _mw_lane_rows, _mw_lanes, _mw_serial
+    "rollout": """{% set positive = hosts | map('extract', hv, '_mw_parallel_one') | map('int') | select('gt', 0)
+   | list %}
+{%- set width = positive | min if positive | length > 0 else 0 %}
+{%- set canary = maintenance_canary | default(0) | int %}
+{%- set rolling = _mw_rollout == 'rolling' %}
+{%- set lane_rows = hosts | map('extract', hv) | selectattr('driver_upgrade_result', 'defined')
+   | map(attribute='driver_upgrade_result') | selectattr('status', 'eq', 'preflight-ok')
+   | map('npuops.fleet.lane_row') | list %}
+{{- {'parallel': width, 'lanes': lane_rows | npuops.fleet.lane_order,
+     'serial': ([canary | int] if canary | int > 0 else [])
+               + [('100%' if rolling or width | int == 0 else width | int)]} }}""",
+    "plan_rows": """{% set out = [] %}{% for _mw_host in hosts %}
+{%- set _mw_res = hv[_mw_host]['driver_upgrade_result'] | default(none) %}
+{%- set _mw_p = (_mw_res or {}).plan | default({}) %}
+{%- set _ = out.append(
+     {'host': _mw_host, 'status': 'refused', 'reason': 'unreachable or no result in the preflight'}
+     if _mw_res is none else
+     {'host': _mw_host, 'node': _mw_res.node, 'vendor': _mw_res.vendor,
+      'status': ('refused' if _mw_res.status == 'failed' else 'skipped' if _mw_res.status == 'skipped'
+                 else 'would-upgrade' if _mw_p.host_work | default(true) else 'already-at-target'),
+      'reason': _mw_res.reason or (('not started: workloads: ' ~ _mw_workload_refusal)
+                                   if _mw_workload_refusal | default('') | length > 0 else none),
+      'old_version': _mw_res.old_version, 'target_version': _mw_res.target_version,
+      'state_at_start': _mw_res.state_at_start | default(none), 'route': _mw_p.route | default(none),
+      'reboot': _mw_res.reboot_planned | default(none), 'reboot_why': _mw_res.reboot_planned_why | default(none),
+      'would_evict': _mw_p.would_evict | default([]), 'blocking_pdbs': _mw_p.blocking_pdbs | default([]),
+      'pod_rules': (hv[_mw_host]['driver_upgrade_preflight'] | default({}, true)).pod_rules | default({}),
+      'pdbs_at_risk': _mw_p.pdbs_at_risk | default([]),
+      'full_drain': _mw_p.full_drain | default(none), 'transitions': _mw_p.transitions | default([]),
+      'transaction': _mw_p.transaction | default(none), 'release_holds': _mw_p.release_holds | default([]),
+      'apt_lists_from': _mw_p.apt_lists_from | default(none), 'packaging': _mw_p.packaging | default(none),
+      'gpu_support': _mw_p.gpu_support | default(none),
+      'reboot_fallback': hv[_mw_host]['driver_upgrade_reboot_allowed'] | default(true) | bool,
+      'identity': _mw_res.identity | default(none), 'kernel': _mw_res.kernel_before | default(none),
+      'kernel_patch': _mw_res.kernel_patch | default(none)}) %}
+{%- endfor %}{{ out }}""",
+    # _mw_lease_would (one key per line in the playbook)
+    "lease": """{{ {'free': _mw_lease_check is not failed,
+    'operation': _mw_lease_check.operation | default(none),
+    'held_by': _mw_lease_check.previous_holder | default(none, true),
+    'expires': _mw_lease_check.expires | default(none) if _mw_lease_check is failed else none,
+    'message': _mw_lease_check.msg | default(none) if _mw_lease_check is failed else none} }}""",
+    "stop_reason": """{% set _mw_stop_reason = ('the run lost its maintenance lease: ' ~ _mw_lease_lost)
+   if _mw_lease_lost is defined else
+   ('refused: ' ~ _mw_workload_refusal) if _mw_workload_refusal | default('') | length > 0 else
+   (hosts | map('extract', hv) | selectattr('driver_upgrade_result', 'defined')
+    | map(attribute='driver_upgrade_result') | selectattr('status', 'eq', 'failed')
+    | map(attribute='host') | map('regex_replace', '^', 'failure on ') | list
+    | first | default('')) %}""",
+    # _mw_row per target (summary), with _mw_stop_reason above
+    "summary_rows": """{% set out = [] %}{% for _mw_host in hosts %}
+{%- set _mw_res = hv[_mw_host]['driver_upgrade_result'] | default(none) %}
+{%- set _ = out.append(
+     {'host': _mw_host, 'status': 'not-started', 'final_state': none,
+      'reason': 'unreachable or no result in the preflight'}
+     if _mw_res is none else
+     (_mw_res | combine({'status': 'not-started',
+                         'reason': 'not started: ' ~ (_mw_stop_reason | default('the run stopped', true))})
+      if _mw_res.status == 'preflight-ok' else _mw_res)) %}
+{%- endfor %}{{ out }}""",
+    # the summary's result, not_upgraded and counts (_mw_failed; counts as the playbook had it)
+    "totals": """{% set _mw_failed = rows | default([]) | selectattr('status', 'in', ['failed', 'not-started'])
+   | map(attribute='host') | list %}
+{{- {'result': 'failed' if _mw_failed | length > 0 or _mw_lease_lost is defined else 'ok',
+     'not_upgraded': _mw_failed,
+     'counts': rows | default([]) | map(attribute='status') | community.general.counter} }}""",
+}
+
+
+def _hv_variants():
+    """(name, hosts, hostvars) the former rollout Jinja saw: every host in the play has _mw_parallel_one (an
+    unreachable one had left ansible_play_hosts; the filter skips a host without it)."""
+    in_play = [h for h in HOSTS if h != "lab-gone"]
+    wide = fleet()
+    wide["lab-node-1"]["_mw_parallel_one"] = "3"
+    wide["lab-node-3"]["_mw_parallel_one"] = 0
+    wide["lab-npu-0"]["_mw_parallel_one"] = "2"
+    return [
+        ("empty", [], {}),
+        ("one host", ["lab-node-1"], fleet()),
+        ("refused host only", ["lab-npu-0"], fleet()),
+        ("at target only", ["lab-node-3"], fleet()),
+        ("fleet", in_play, fleet()),
+        ("fleet, wider", in_play, wide),
+    ]
+
+
+def test_the_former_jinja_says_the_same_rollout():
+    variants = _hv_variants()
+    knobs = [(rolling, canary) for rolling in (False, True) for canary in (0, 1, 2, "1")]
+    cases = [(OLD_MORE["rollout"], {"hosts": hosts, "hv": hv, "maintenance_canary": canary,
+                                    "_mw_rollout": "rolling" if rolling else "batches"})
+             for _name, hosts, hv in variants for rolling, canary in knobs]
+    for _name, hosts, hv in variants:
+        waits = {h: v["driver_upgrade_preflight"]["longest_wait_s"] for h, v in hv.items()
+                 if (v.get("driver_upgrade_preflight") or {}).get("longest_wait_s") is not None}
+        cases += [(OLD["unfinished"], {"hosts": hosts, "hv": hv}),
+                  (OLD["ttl"], {"hosts": hosts, "waits": waits, "ttl": 600})]
+    got = render(cases)
+    want = []
+    for _name, hosts, hv in variants:
+        for rolling, canary in knobs:
+            out = mw.rollout(hosts, hv, rolling=rolling, canary=canary, lease_ttl=600)
+            want.append({k: out[k] for k in ("parallel", "lanes", "serial")})
+    for _name, hosts, hv in variants:
+        out = mw.rollout(hosts, hv, lease_ttl=600)
+        want += [out["found_unfinished"], out["lease_ttl"]]
+    assert got == want
+    # what the cases cover: no width (all at once), width 1 and 2, lanes in reboot-first order, canary batches
+    assert {w["parallel"] for w in want[: len(variants) * len(knobs)]} == {0, 1, 2}
+    assert ["lab-node-2", "lab-node-1"] in [w["lanes"] for w in want[: len(variants) * len(knobs)]]
+
+
+def _plan_variants():
+    mixed = fleet()
+    mixed["lab-node-3"]["driver_upgrade_result"]["status"] = "skipped"
+    mixed["lab-node-1"]["driver_upgrade_preflight"] = None  # default({}, true): no pod rules
+    mixed["lab-node-1"]["driver_upgrade_reboot_allowed"] = "Yes"
+    del mixed["lab-node-2"]["driver_upgrade_result"]["plan"]
+    return [([], fleet()), (["lab-node-1"], fleet()), (["lab-npu-0"], fleet()), (["lab-gone"], fleet()),
+            (HOSTS, fleet()), (HOSTS, mixed)]
+
+
+def test_the_former_jinja_says_the_same_plan_rows():
+    cases = [(OLD_MORE["plan_rows"], {"hosts": hosts, "hv": hv, "_mw_workload_refusal": refusal})
+             for hosts, hv in _plan_variants() for refusal in ("", "ns/Deployment/a would have no node")]
+    got = render(cases)
+    want = [mw.plan_rows(hosts, hv, refusal)
+            for hosts, hv in _plan_variants() for refusal in ("", "ns/Deployment/a would have no node")]
+    assert got == want
+    assert {r["status"] for rows in want for r in rows} == {"would-upgrade", "already-at-target", "refused",
+                                                            "skipped"}
+
+
+def test_the_former_jinja_says_the_same_lease_outlook():
+    checks = [{}, {"changed": True, "operation": "create", "previous_holder": ""},
+              {"changed": True, "operation": "renew", "previous_holder": "ctl/run-1", "expires": "later"},
+              {"changed": True, "operation": "take-over", "previous_holder": "ctl-old/run-0"},
+              {"failed": True, "operation": "refuse", "previous_holder": "ctl-other/run-7",
+               "expires": "2026-12-05T06:00:00Z", "msg": "lease held by ctl-other/run-7"},
+              {"failed": True, "msg": "forbidden: leases"}, {"failed": False, "operation": "create"}]
+    got = render([(OLD_MORE["lease"], {"_mw_lease_check": c}) for c in checks])
+    assert got == [mw.lease_outlook(c) for c in checks]
+
+
+def test_the_former_jinja_says_the_same_summary():
+    ok = {h: {"driver_upgrade_result": record(h, status="upgraded")} for h in ("a", "b")}
+    variants = [([], {}), (["lab-node-1"], fleet()), (["lab-gone"], fleet()), (["a", "b"], ok), (HOSTS, fleet())]
+    stops = [(None, ""), ("expired at 05:30", ""), (None, "x stranded"), ("expired", "x stranded")]
+
+    def variables(hosts, hv, lease_lost, refusal):
+        out = {"hosts": hosts, "hv": hv, "_mw_workload_refusal": refusal}
+        return out if lease_lost is None else dict(out, _mw_lease_lost=lease_lost)  # the playbook's "is defined"
+
+    cases, want = [], []
+    for hosts, hv in variants:
+        for lease_lost, refusal in stops:
+            rows = mw.summary_rows(hosts, hv, lease_lost, refusal)
+            cases += [(OLD_MORE["stop_reason"] + "{{ _mw_stop_reason | default('the run stopped', true) }}",
+                       variables(hosts, hv, lease_lost, refusal)),
+                      (OLD_MORE["stop_reason"] + OLD_MORE["summary_rows"], variables(hosts, hv, lease_lost, refusal)),
+                      (OLD_MORE["totals"], dict(variables(hosts, hv, lease_lost, refusal), rows=rows))]
+            want += [mw.stop_reason(hosts, hv, lease_lost, refusal), rows, mw.summary_totals(rows, lease_lost)]
+    assert render(cases) == want
+    assert {t["result"] for t in want[2::3]} == {"ok", "failed"}
+
+
+def test_bool_is_the_bool_filter():
+    values = [True, False, "yes", "No", "on", "OFF", "true", "False", "1", "0", 1, 0, 1.0, 0.0, 2, "y", "t", " yes ",
+              "", None, [], {}]
+    assert render([("{{ v | bool }}", {"v": v}) for v in values]) == [mw._bool(v) for v in values]
+    # why not ansible's convert_bool.boolean(strict=False): that one says True for these
+    assert [mw._bool(v) for v in ("y", "t", " yes ")] == [False, False, False]
+
+
+class _HostVars(Mapping):
+    """Ansible's hostvars as the filters see it: each ``hostvars[host]`` (variables of the host read and
+    templated) and each key of the host's view (that variable templated) counted; ``in`` is free."""
+
+    def __init__(self, data):
+        self.data, self.hosts, self.keys = data, Counter(), Counter()
+
+    def __getitem__(self, host):
+        self.hosts[host] += 1
+        if host not in self.data:
+            return object()  # Ansible: an Undefined marker, no mapping
+        return _HostVarsVars(self, host, self.data[host])
+
+    def __iter__(self):
+        return iter(self.data)
+
+    def __len__(self):
+        return len(self.data)
+
+
+class _HostVarsVars(Mapping):
+    def __init__(self, owner, host, data):
+        self.owner, self.host, self.data = owner, host, data
+
+    def __getitem__(self, key):
+        self.owner.keys[(self.host, key)] += 1
+        return self.data[key]
+
+    def __contains__(self, key):
+        return key in self.data
+
+    def __iter__(self):
+        return iter(self.data)
+
+    def __len__(self):
+        return len(self.data)
+
+
+@pytest.mark.parametrize("call", [
+    lambda hosts, hv: mw.rollout(hosts, hv, rolling=False, canary=1, lease_ttl=1800),
+    lambda hosts, hv: mw.rollout(hosts, hv, rolling=True),
+    mw.workload_changes,
+    lambda hosts, hv: mw.plan_rows(hosts, hv, "x"),
+    mw.stop_reason,
+    mw.summary_rows,
+    lambda hosts, hv: mw.summary_rows(hosts, hv, "expired", "x"),
+], ids=["rollout", "rollout-rolling", "workload_changes", "plan_rows", "stop_reason", "summary_rows",
+        "summary_rows-lease-lost"])
+def test_each_host_is_read_once(call):
+    hosts = HOSTS + ["lab-unknown"]
+    hv = _HostVars(fleet())
+    plain = call(hosts, fleet())
+    assert call(hosts, hv) == plain  # the same answer through the counting view
+    assert hv.hosts == Counter(hosts), "a host's variables read more than once"
+    assert max(hv.keys.values()) == 1, "a variable read more than once: %s" % sorted(
+        k for k, n in hv.keys.items() if n > 1)

@@ -354,7 +354,7 @@ def test_which_dra_kubelet_plugins_the_pause_can_take_off(selector, pausable):
 # ---- the plan and the summary (Jinja as Ansible's template module renders it: trim_blocks; the
 # Ansible filters the templates use stood in for by their plain meaning) -------------------------------
 
-TEMPLATES = Path(__file__).resolve().parents[5] / "playbooks" / "templates"
+TEMPLATES = Path(__file__).resolve().parents[5] / "roles" / "maintenance_window" / "templates"
 
 
 def env() -> jinja2.Environment:
