@@ -29,6 +29,17 @@ ROOT = Path(__file__).resolve().parents[2]
         ),
         # what a type cannot say: the role's own check
         ("maintenance_canary=-1", 'maintenance_canary must be a whole number >= 0, got "-1"; nothing was changed'),
+        ("maintenance_lease_ttl=0", 'maintenance_lease_ttl must be a whole number of seconds >= 1, got "0"'),
+        ("maintenance_admission_timeout=-5", 'maintenance_admission_timeout must be a whole number of seconds >= 0'),
+        ("maintenance_preflight_max_age=-1", 'maintenance_preflight_max_age must be a whole number of seconds >= 0'),
+        # a run id becomes a folder name: no path may leave the report directory
+        (
+            "maintenance_run_id=../x",
+            'maintenance_run_id must be empty or letters digits . _ - (at most 63), got "../x"',
+        ),
+        ("maintenance_lease_name=Bad_Name", 'maintenance_lease_name must be a Kubernetes object name'),
+        # an empty pattern would pass the "matches no host" check and end play 2 with the Lease held
+        ("maintenance_hosts=", 'maintenance_hosts must be an inventory host pattern, got ""'),
     ],
 )
 def test_a_bad_rollout_variable_is_named_alone(extra, message, tmp_path):
@@ -53,6 +64,29 @@ def test_a_bad_rollout_variable_is_named_alone(extra, message, tmp_path):
     out = p.stdout + p.stderr
     assert p.returncode != 0 and message in out, out[-3000:]
     others = {"maintenance_rollout", "maintenance_mode", "maintenance_workload_compat", "maintenance_canary",
-              "maintenance_max_failures"} - {extra.split("=")[0]}
+              "maintenance_max_failures", "maintenance_lease_ttl", "maintenance_admission_timeout",
+              "maintenance_preflight_max_age", "maintenance_run_id", "maintenance_lease_name",
+              "maintenance_hosts"} - {extra.split("=")[0]}
     assert not any("%s must be" % o in out or "argument '%s'" % o in out for o in others), out[-3000:]
     assert not (tmp_path / "latest.json").exists()
+
+
+def test_the_host_pattern_in_group_vars_all_is_the_one_the_preflight_takes(tmp_path):
+    """maintenance_hosts set in group_vars/all: play 2 takes that pattern's hosts, not every host (a play's
+    hosts keyword alone sees extra vars only). Plan mode; the preflight stops at the role's own input
+    check (no target version), after the play has chosen its hosts."""
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "all.yml").write_text("maintenance_hosts: chosen\n")
+    (tmp_path / "inv").write_text("[chosen]\nh1\n[other]\nh2\n")
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / "build" / "collections"), ANSIBLE_NOCOLOR="1",
+               KUBECONFIG=str(tmp_path / "none"))
+    p = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), str(ROOT / "playbooks" / "maintenance_window.yml"),
+         "-i", str(tmp_path / "inv"), "-i", "localhost,", "-c", "local",
+         "-e", "ansible_python_interpreter=%s" % sys.executable,
+         "-e", "maintenance_mode=plan", "-e", "maintenance_report_dir=%s" % (tmp_path / "reports")],
+        capture_output=True, text=True, env=env, timeout=180, check=False,
+    )
+    out = p.stdout + p.stderr
+    preflight = out.split("PLAY [Maintenance window - fleet preflight")[1].split("PLAY [")[0]
+    assert "[h1]" in preflight and "h2" not in preflight, out[-3000:]
