@@ -36,8 +36,9 @@ What is modelled
     survivor sweeps them (``--sweep-after``, default the participant Lease's TTL); the sweep frees
     their maxParallelUpgrades slots (they stay cordoned), and (unless ``--no-rerun``) a replacement
     controller reruns the rest of the slice, the interrupted hosts first, after its own preflight.
-  * API load per API server: every request of the admission path (the exact lists return the whole
-    Nodes in an upgrade, twice - by label and as cordoned - and the other cordoned ones once), node
+  * API load per API server: every request of the admission path (the Table in pages of 5,000 rows; the
+    exact lists return the whole Nodes in an upgrade, twice - by label and as cordoned - and the other
+    cordoned ones once), node
     GET/PATCH per state transition (12 per upgraded host) plus the drain's POSTs, slot releases, and
     the renewals of the window Lease and the participant Leases every TTL/3; requests/s mean and peak
     (10 s buckets), bytes.
@@ -45,17 +46,30 @@ What is modelled
 Inputs: measured vs assumed
   * Measured (on the 2-core lab, read from build/bench/ when there, else the constants below, and the
     output says which): task executions per upgraded host and per host at the target, Ansible's
-    overhead per reload lane, the controller cap (fleet-summary.json, ``make bench-fleet``); bytes of
-    the node Table per node, of the slot Lease, of the exact lists, of a whole Node, and one admission
-    decision's seconds cold and warm at 1,000 and 10,000 Nodes (admission-snapshot.json); the node
-    requests per upgraded host (bench_node_upgrade: GET 13, PATCH 13, POST 13 for one node; booked
-    here as 12 transitions of GET + PATCH and 13 POSTs).
+    overhead per reload lane (fleet-summary.json, ``make bench-fleet``); bytes of the node Table per
+    node, of the slot Lease, of the (empty) exact lists, of a whole Node, and one admission decision's
+    seconds cold and warm at 1,000 and 10,000 Nodes (admission-snapshot.json); the node requests per
+    upgraded host (bench_node_upgrade: GET 13, PATCH 13, POST 13 for one node; booked here as 12
+    transitions of GET + PATCH and 13 POSTs). Caveats on these: the controller cap is derived, not
+    measured (fleet-summary.json files it under "model (not a measurement)": the measured task
+    executions x 22 ms, a constant of bench/fleet_window.py); a whole Node's ~23 KB is the bench's
+    synthetic Node padded to BENCH_NODE_KB=20, not a real GPU node's (node_snapshot.py guesses ~50 KB);
+    the decision seconds were measured by check_admission with no slot Lease read and no node in an
+    upgrade (exact lists of 176 bytes), so at width 50 (~100 whole Nodes, ~2.3 MB, in the exact lists)
+    a real decision is slower than booked here - the model is optimistic on the admission path.
   * Assumed (not measured anywhere): the work distributions (no real GPU host was timed), the slow
     tail, the failure rate, the split of task executions between preflight (25) and lane, the
     preflight's per-host wall time on the workers (5 s), the window's fixed start (20 s) and end
     (10 s), the participant Lease (not built yet; TTL 120 s) and what a sweep does, the slot release
     50 ms after the claim, and that the control node has cores enough for its forks' workers (a
-    module call costs ~1 s of worker CPU on the lab; a controller short of cores is slower than this).
+    module call costs ~1 s of worker CPU on the lab, a warm decision at 10,000 Nodes 0.57 s of it per
+    poll; a controller short of cores is slower than this).
+  * Differs from the code, knowingly: the sweep and its freeing of maxParallelUpgrades slots are of
+    the participant Lease, not built; today an interrupted node's state label (a state of
+    IN_PROGRESS_STATES) keeps counting against both limits (admission._taken) until a rerun resumes
+    it, and the rerun resumes from that label (states.py) where the model redoes the host's whole work.
+    A host that fails before its host work is aborted, uncordoned, by the code (finish.phase_fail);
+    the model keeps every failed host cordoned (pessimistic on maxUnavailable only).
   * Not modelled: the API server's latency under load (a request costs nothing beyond the measured
     decision seconds, whatever the rate), nodes unavailable for reasons of their own, PDBs beyond the
     drain's lognormal, the worker processes' CPU.
@@ -104,6 +118,7 @@ class Costs:
     slot_lease_bytes: float = 632.0
     exact_lists_bytes: float = 176.0
     post_bytes: float = 1000.0  # assumed: an eviction's or an Event's response
+    table_page: int = 5000  # rows per Table request (k8s/node_snapshot.py PAGE): 10,000 Nodes are 2 GETs
     # (nodes, warm decision s, cold decision s): one admission decision's read-to-write time
     decision_points: tuple[tuple[float, float, float], ...] = ((1000.0, 0.07, 0.175), (10000.0, 0.571, 1.379))
     sources: tuple[str, ...] = ("fallback constants: build/bench/fleet-summary.json, admission-snapshot.json absent",)
@@ -544,6 +559,10 @@ class Sim:
             n += 1
         return n
 
+    def _table_pages(self, cl: Cluster) -> int:
+        """GETs of one Table read: pages of ``table_page`` rows (node_snapshot._read_table)."""
+        return max(1, math.ceil(cl.nodes / max(1, self.costs.table_page)))
+
     def decide(self, lane: Lane, t: float) -> None:
         """One admission decision (wait_admission's probe): read the slot Lease, the nodes, decide."""
         ctrl, h = lane.ctrl, lane.host
@@ -561,7 +580,7 @@ class Sim:
         self.api(cl.cid, t, 2, exact_bytes, "exact_list")
         cold = t - ctrl.cache_t.get(cl.cid, -1e18) > self.cfg.snapshot_max_age
         if cold:
-            self.api(cl.cid, t, 1, co.table_bytes_per_node * cl.nodes, "table_list")
+            self.api(cl.cid, t, self._table_pages(cl), co.table_bytes_per_node * cl.nodes, "table_list")
             ctrl.cache_t[cl.cid] = t
         dur = co.decision_s(cl.nodes, cold)
         seen_in = cl.in_flight + self._lagged(cl.freed_in_flight, t)
@@ -579,7 +598,7 @@ class Sim:
             lane.delay = min(self.cfg.poll_cap, lane.delay * 2)
             return
         if not cold:  # admitted on the cached Table: decide again on a fresh read before the write
-            self.api(cl.cid, t + dur, 1, co.table_bytes_per_node * cl.nodes, "table_list")
+            self.api(cl.cid, t + dur, self._table_pages(cl), co.table_bytes_per_node * cl.nodes, "table_list")
             self.api(cl.cid, t + dur, 2, exact_bytes, "exact_list")
             ctrl.cache_t[cl.cid] = t + dur
             dur += co.decision_s(cl.nodes, True)

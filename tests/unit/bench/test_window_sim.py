@@ -255,3 +255,68 @@ def test_quick_cli_writes_the_table_and_the_json(tmp_path, capsys):
         limits = row["limits_per_cluster"][0]
         assert max(row["peak_in_flight"]) <= limits["maxParallelUpgrades"]
         assert max(row["peak_unavailable"]) <= limits["maxUnavailable"]
+
+
+class Booked(ws.Sim):
+    """The model as it is, with the bytes of every request kind kept apart (the summary sums them)."""
+
+    def __init__(self, cfg):
+        self.kind_bytes: dict[str, float] = {}
+        super().__init__(cfg)
+
+    def api(self, c, t, n, nbytes, kind):
+        self.kind_bytes[kind] = self.kind_bytes.get(kind, 0.0) + nbytes
+        super().api(c, t, n, nbytes, kind)
+
+
+def test_polls_and_decision_bytes_by_hand():
+    # width 1, two lanes, 100 s a host, decisions cost nothing, the Table never expires: lane A is
+    # admitted at 0; lane B decides at 0 and polls after 1, 2, 4, then every 5 s (admission.py via
+    # retry.poll_until: 0, 1, 3, 7, 12, ..., 97: 22 waits) and is admitted at 102 on the cached Table,
+    # which it reads again first (one more Table and exact-list pair)
+    costs = replace(
+        FREE,
+        exact_lists_bytes=100.0,
+        node_bytes=10_000.0,
+        table_bytes_per_node=10.0,
+        slot_lease_bytes=1000.0,
+        table_page=1,
+    )
+    cfg = ideal(nodes=2, controllers=1, forks=2, max_parallel=1, snapshot_max_age=1e9, costs=costs)
+    sim = Booked(cfg)
+    res = sim.run()
+    a, b = res.hosts
+    assert a.admitted_at == [0.0] and b.admitted_at == [102.0] and res.summary["wall_s"] == pytest.approx(202.0)
+    assert res.summary["admission"] == {"decisions": 24, "waits": 22, "conflicts_409": 0}
+    kinds = res.summary["api"]["by_kind"]
+    assert kinds["slot_lease_get"] == 24 and sim.kind_bytes["slot_lease_get"] == 24 * 1000.0
+    assert kinds["exact_list"] == 2 * 24 + 2
+    # nothing in flight: the empty lists (A's decision, B's last one and its fresh read); one node in
+    # flight: in both lists (its label, its cordon), 2 whole Nodes on top of the empty lists
+    assert sim.kind_bytes["exact_list"] == 3 * 100.0 + 22 * (100.0 + 2 * 10_000.0)
+    # two Table reads (A's cold one, B's fresh one) of 2 nodes at 10 B, in pages of 1 row: 2 GETs each
+    assert kinds["table_list"] == 2 * 2 and sim.kind_bytes["table_list"] == 2 * 2 * 10.0
+    assert kinds["slot_lease_put"] == 2
+
+
+def test_a_lost_race_decides_again_at_once():
+    # decisions of 0.5 s, width 2: both lanes read the Lease at 0; A (cold Table) writes at 0.5 and
+    # releases its entry; B admitted on the cached Table reads it again (0.5 + 0.5 s) and its write at
+    # 1.0 is a 409; it decides again at once (no poll), again on the cache plus a fresh read: 2.0
+    costs = replace(FREE, decision_points=((1.0, 0.5, 0.5), (2.0, 0.5, 0.5)))
+    res = ws.simulate(ideal(nodes=2, controllers=1, forks=2, max_parallel=2, costs=costs))
+    a, b = res.hosts
+    assert a.admitted_at == [pytest.approx(0.5)] and b.admitted_at == [pytest.approx(2.0)]
+    assert res.summary["admission"] == {"decisions": 3, "waits": 0, "conflicts_409": 1}
+    kinds = res.summary["api"]["by_kind"]
+    assert kinds["slot_lease_put"] == 3 and kinds["table_list"] == 3 and kinds["exact_list"] == 2 * 5
+    assert res.summary["wall_s"] == pytest.approx(102.0)
+
+
+def test_cli_output_is_the_same_on_a_second_run(tmp_path, capsys):
+    files = {}
+    for run in (1, 2):
+        assert ws.main(["--quick", "--out-dir", str(tmp_path), "--seed", "9"]) == 0
+        capsys.readouterr()
+        files[run] = [(tmp_path / name).read_bytes() for name in ("window-sim-quick.json", "window-sim-quick.md")]
+    assert files[1] == files[2]
