@@ -35,6 +35,7 @@ LEASE_SPEC = {
     "stamp": {"type": "path"},
     "kubeconfig": {"type": "path"},
     "context": {"type": "str"},
+    "participant": {"type": "str"},
 }
 
 SPEC = {
@@ -100,9 +101,13 @@ def renew(lease: dict[str, Any]) -> dict[str, Any] | None:
     try:
         auth = {"kubeconfig": lease.get("kubeconfig"), "context": lease.get("context")}
         client, _auth = get_api_client_and_source(auth)
-        LeaseManager(client, namespace, name, labels={"app.kubernetes.io/managed-by": "npuops.fleet"}).acquire(
-            lease["holder"], int(lease["ttl"]), renew_only=True
-        )
+        mgr = LeaseManager(client, namespace, name, labels={"app.kubernetes.io/managed-by": "npuops.fleet"})
+        if lease.get("participant"):  # a shared window: this process's participant record too
+            from ansible_collections.npuops.fleet.plugins.module_utils.window.run_lease import WindowLease
+
+            WindowLease(mgr, lease["holder"], lease["participant"], int(lease["ttl"])).renew()
+        else:
+            mgr.acquire(lease["holder"], int(lease["ttl"]), renew_only=True)
     except LeaseLostError as exc:
         return {"msg": str(exc), "operation": "lost", "lease_lost": True}
     except Exception as exc:  # the API's or the client's words, as the lease module reports them

@@ -32,6 +32,10 @@ options:
   workload_refusal:
     description: "The workload check's refusal (empty when none)."
     type: str
+  window_stop:
+    description: "Why the shared window stopped (another process spent the failure budget; empty when it did not):
+      the reason of a host that did not start when this process has no reason of its own."
+    type: str
 """
 
 EXAMPLES = r"""

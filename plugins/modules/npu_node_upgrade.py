@@ -279,6 +279,13 @@ options:
           - A file on the control node whose modification time is the last renewal of the Lease at a phase
             boundary (M(npuops.fleet.npu_phase)); the later of it and O(run_lease.renewed_at) counts.
         type: path
+      participant:
+        description:
+          - This process's name in a window shared by several processes (the C(participant) of
+            M(npuops.fleet.npu_upgrade_lease)); each renewal renews its record too, a failure
+            with O(max_failures) counts against the window's budget, and O(phase=prepare) admits no node once
+            the window is stopping or closed.
+        type: str
 attributes:
   check_mode:
     support: full
@@ -734,6 +741,7 @@ def main():
                 ttl=dict(type="int", default=900),
                 renewed_at=dict(type="float"),
                 stamp=dict(type="path"),
+                participant=dict(type="str"),
             ),
         ),
     )
@@ -748,7 +756,7 @@ def keepalive_of(module, api_client):
     if not p["run_lease"] or module.check_mode:
         return None
     from ansible_collections.npuops.fleet.plugins.module_utils.k8s.lease import LeaseManager, last_renewal
-    from ansible_collections.npuops.fleet.plugins.module_utils.window.run_lease import LeaseKeepalive
+    from ansible_collections.npuops.fleet.plugins.module_utils.window.run_lease import LeaseKeepalive, WindowLease
 
     rl = p["run_lease"]
     if rl["ttl"] < 1:
@@ -758,8 +766,11 @@ def keepalive_of(module, api_client):
     # a phase boundary's renewal (npu_phase, its stamp) since the caller's counts too
     renewed_at = last_renewal(rl.get("renewed_at"), rl.get("stamp"))
     age = min(max(0.0, time.time() - renewed_at), rl["ttl"] / 3.0) if renewed_at else 0.0
-    return LeaseKeepalive(LeaseManager(api_client, rl["namespace"], rl["name"], budget=10),
-                          rl["holder"], rl["ttl"], renewed_age=age).tick
+    mgr = LeaseManager(api_client, rl["namespace"], rl["name"], budget=10)
+    # a shared window: the renewals renew this process's participant record too, and the window's
+    # stop (its failure budget spent in any participant) ends admission here
+    window = WindowLease(mgr, rl["holder"], rl["participant"], rl["ttl"]) if rl.get("participant") else None
+    return LeaseKeepalive(mgr, rl["holder"], rl["ttl"], renewed_age=age, window=window)
 
 
 def run(module):

@@ -79,9 +79,11 @@ options:
         C(namespace) (default C(kube-system)), C(holder) (required), C(ttl) (seconds written as the Lease's
         C(leaseDurationSeconds), default 3600 as that module's), C(kubeconfig), C(context) (the client also
         honours C(K8S_AUTH_KUBECONFIG) and C(KUBECONFIG)) - plus C(renewed_at), epoch seconds of the window's
-        own last renewal, and C(stamp), a file on the control node whose modification time is the last
+        own last renewal, C(stamp), a file on the control node whose modification time is the last
         renewal by any host of this run (the maintenance window passes one in its run folder; without it, a
-        file in this ansible-playbook process's temporary folder, named after the cluster and the Lease).
+        file in this ansible-playbook process's temporary folder, named after the cluster and the Lease),
+        and C(participant), this process's name in a window shared by several processes (its participant
+        record is renewed with the window).
       - Due when a third of C(ttl) has passed since the later of C(renewed_at) and the stamp. Not renewed in
         check mode.
     type: dict

@@ -24,6 +24,17 @@ description:
     so of two concurrent acquirers exactly one wins.
   - Renew it (run the task again) more often than O(ttl) during long runs, for example before each
     batch (C(serial)).
+  - With O(participant), the Lease is a B(maintenance window shared by several processes) (AWX job
+    slices, or several C(ansible-playbook) runs with one run id) - O(holder) is the run id, and the
+    annotation C(npuops.io/window) holds the window's record - state (C(open), C(stopping), C(closed)),
+    target digest per vendor (O(targets)), failure budget and failed nodes, and each participant's own
+    lease (renewed, ttl). O(state=present) joins (the same run id, open, the same targets) or opens it;
+    refusals name what differs - another run's live window, another target or policy for a vendor
+    under the same run id, a closed window. With O(renew_only) it renews the window and this
+    participant, records O(failure) (more failed nodes than the budget moves the window to
+    C(stopping) - no participant admits a node after that) or O(stop). O(state=absent) takes the
+    participant out; the last live one closes the window (O(close)). See
+    C(plugins/module_utils/window/shared.py).
 author:
   - npuops maintainers (@npuops)
 extends_documentation_fragment:
@@ -58,6 +69,8 @@ options:
         lease is still valid; O(state=present) then takes the lease over from exactly that holder
         (RV(taken_over), RV(previous_holder)). Any other valid holder is still refused. The refusal
         message names the value to pass.
+      - With O(participant) and O(state=absent) - participants of the shared window known to be dead
+        (comma-separated), taken out before deciding whether this call closes the window.
     type: str
   renew_only:
     description:
@@ -74,6 +87,48 @@ options:
     type: str
     choices: [present, absent]
     default: present
+  participant:
+    description:
+      - This process's name in a shared window (AWX job id, else control node and a random suffix);
+        turns on the shared window (see the description). Its own lease lasts O(ttl) seconds from each
+        renewal.
+    type: str
+  targets:
+    description:
+      - With O(participant) and O(state=present) - per vendor, the list of its hosts' digests (16 hex
+        digits of sha256 over a target version and upgradePolicy; filter C(npuops.fleet.window_targets)).
+        A vendor whose digests neither hold nor are held by the window's refuses the join.
+    type: dict
+    default: {}
+  max_failures:
+    description:
+      - With O(participant) - the window's failure budget when this call opens it (failed nodes beyond it
+        stop the window); a join keeps the opener's.
+    type: int
+    default: 0
+  failure:
+    description:
+      - With O(participant) and O(renew_only) - a failed node to count against the window's budget.
+    type: dict
+    suboptions:
+      node:
+        description: The Node's name.
+        type: str
+        required: true
+      reason:
+        description: Why it failed (first 300 characters kept).
+        type: str
+        required: true
+  stop:
+    description:
+      - With O(participant) and O(renew_only) - move the window to C(stopping) with this reason (a refusal).
+    type: str
+  close:
+    description:
+      - With O(participant) and O(state=absent) - close the window when no other participant is live.
+        False leaves it open (an AWX upgrade slice; the workflow's close job closes it).
+    type: bool
+    default: true
 attributes:
   check_mode:
     support: full
@@ -104,6 +159,23 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+window:
+  description: The shared window's record after this call (O(participant) only).
+  returned: with O(participant)
+  type: dict
+join:
+  description: C(new) (this call opened the window) or C(join) (it joined the same run's).
+  returned: with O(participant) and O(state=present) without O(renew_only)
+  type: str
+others:
+  description: The other participants whose own lease is live (O(state=absent)).
+  returned: with O(participant) and O(state=absent)
+  type: list
+  elements: str
+stop_reason:
+  description: Why the window admits no node now (stopping or closed), else null.
+  returned: with O(participant)
+  type: str
 changed:
   description: True when the lease was created, renewed, taken over or released.
   returned: always
@@ -181,6 +253,7 @@ kube_auth:
 
 import traceback
 
+from ansible_collections.npuops.fleet.plugins.module_utils.fleet import caller
 from ansible_collections.npuops.fleet.plugins.module_utils.k8s.lease import (
     DEFAULT_NAME,
     DEFAULT_NAMESPACE,
@@ -191,6 +264,8 @@ from ansible_collections.npuops.fleet.plugins.module_utils.k8s.lease import (
     now_utc,
 )
 from ansible_collections.npuops.fleet.plugins.module_utils.k8s.module import K8sModule
+from ansible_collections.npuops.fleet.plugins.module_utils.window import shared
+from ansible_collections.npuops.fleet.plugins.module_utils.window.run_lease import WindowLease
 
 
 def argument_spec():
@@ -203,6 +278,13 @@ def argument_spec():
         state={"type": "str", "choices": ["present", "absent"], "default": "present"},
         take_over={"type": "str"},
         renew_only={"type": "bool", "default": False},
+        participant={"type": "str"},
+        targets={"type": "dict", "default": {}},
+        max_failures={"type": "int", "default": 0},
+        failure={"type": "dict", "options": {"node": {"type": "str", "required": True},
+                                              "reason": {"type": "str", "required": True}}},
+        stop={"type": "str"},
+        close={"type": "bool", "default": True},
     )
 
 
@@ -220,10 +302,26 @@ def run(module):
         module.fail_json(msg="ttl must be >= 1 second, got %d" % p["ttl"])
     where = "%s/%s" % (p["namespace"], p["name"])
     api_client = module.client()
+    window = None
     try:
         mgr = LeaseManager(api_client, p["namespace"], p["name"],
                            labels={"app.kubernetes.io/managed-by": "npuops.fleet"})
-        if p["state"] == "present":
+        if (p["participant"] or "").strip():
+            window = WindowLease(mgr, holder, p["participant"].strip(), p["ttl"],
+                                 process=caller.playbook_process(), gone=caller.process_gone)
+        if window is not None:
+            if p["state"] == "absent":
+                sweep = tuple(x.strip() for x in (p["take_over"] or "").split(",") if x.strip())
+                res = window.leave(p["close"], module.check_mode, sweep)
+                res.update(lease=None, previous={})
+            elif p["renew_only"]:
+                failure = (p["failure"]["node"], p["failure"]["reason"]) if p["failure"] else None
+                res = window.renew(failure, p["stop"]) if not module.check_mode else {
+                    "action": "renew", "changed": False, "lease": mgr.read(), "record": {}}
+            else:
+                res = window.join(dict(p["targets"] or {}), p["max_failures"],
+                                  (p["take_over"] or "").strip() or None, module.check_mode)
+        elif p["state"] == "present":
             res = mgr.acquire(holder, p["ttl"], module.check_mode, take_over=(p["take_over"] or "").strip() or None,
                               renew_only=p["renew_only"])
         else:
@@ -259,6 +357,17 @@ def run(module):
     )
     if lease and p["state"] == "present":
         result.update(acquire_time=st["acquire_time"], renew_time=st["renew_time"], expires=st["expires"])
+    if window is not None:
+        rec = res.get("record") or shared.read(lease)
+        result.update(window=rec or None, stop_reason=shared.stop_message(rec) if rec else None)
+        if "join" in res:
+            result["join"] = res["join"]
+        if p["state"] == "absent":
+            result.update(others=res.get("others") or [], holder="")
+            where_msg = {"close": "closed", "leave": "left (still open for %s)" % ", ".join(res.get("others") or []),
+                         "not_ours": "not ours (gone or another run's); left alone"}[action]
+            result["msg"] = "window %s (%s): %s by %s" % (holder, where, where_msg, p["participant"])
+            module.exit_json(**result)
     if action == "take_over":
         module.warn(
             "lease %s of %s expired at %s (not renewed within %ss); taken over by %s"

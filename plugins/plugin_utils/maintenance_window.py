@@ -209,22 +209,27 @@ def stop_reason(hosts: Sequence[Any], hostvars: Any, lease_lost: Optional[Any] =
     return _stop_reason(_results(_per_host(hosts, hostvars)), lease_lost, workload_refusal)
 
 
-def _stop_reason(results: Sequence[Any], lease_lost: Optional[Any], workload_refusal: Any) -> str:
-    """stop_reason over the hosts' records (``results``)."""
+def _stop_reason(results: Sequence[Any], lease_lost: Optional[Any], workload_refusal: Any,
+                 window_stop: Any = "") -> str:
+    """stop_reason over the hosts' records (``results``); ``window_stop``: why the shared window stopped
+    (another process's failures), when this process has no reason of its own."""
     if lease_lost is not None:
         return "the run lost its maintenance lease: " + str(lease_lost)
     if workload_refusal and len(workload_refusal) > 0:
         return "refused: " + str(workload_refusal)
     failed = [r.get("host") for r in results if _get(r, "status") == "failed"]
-    return "failure on " + str(failed[0]) if failed else "the run stopped"
+    if failed:
+        return "failure on " + str(failed[0])
+    return str(window_stop) if window_stop else "the run stopped"
 
 
 def summary_rows(hosts: Sequence[Any], hostvars: Any, lease_lost: Optional[Any] = None,
-                 workload_refusal: Any = "") -> list[Any]:
+                 workload_refusal: Any = "", window_stop: Any = "") -> list[Any]:
     """Per target host its record; one the preflight passed that never started is ``not-started`` with
-    why the run stopped (stop_reason), a host without a record ``not-started`` too."""
+    why the run stopped (stop_reason; ``window_stop``: the shared window's stop, another process's), a
+    host without a record ``not-started`` too."""
     records = [vars_.get(RESULT) for vars_ in _per_host(hosts, hostvars)]
-    reason = _stop_reason([r for r in records if r is not None], lease_lost, workload_refusal)
+    reason = _stop_reason([r for r in records if r is not None], lease_lost, workload_refusal, window_stop)
     rows: list[Any] = []
     for host, res in zip(hosts or [], records):
         if res is None:

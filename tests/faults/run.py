@@ -698,7 +698,7 @@ class Case:
         self.finished(r)
         if r.refused():
             self.check(False, "maintenance_take_over=%s refused: %s" % (holder, refusal(r)))
-            r = self.start(label + "-as-same-run", "maintenance_run_id=" + holder.split("/", 1)[1], *extra)
+            r = self.start(label + "-as-same-run", "maintenance_run_id=" + holder.split("/", 1)[-1], *extra)
             self.finished(r)
         else:
             s = r.summary() or {}
@@ -910,7 +910,7 @@ def run_case(ctx: Case) -> None:
                       % (TARGET, sp["at"], fu))
             ctx.expect_done(c)
         else:
-            d = ctx.start("as-same-run", pol, "maintenance_run_id=" + holder.split("/", 1)[1])
+            d = ctx.start("as-same-run", pol, "maintenance_run_id=" + holder.split("/", 1)[-1])
             ctx.finished(d)
             ctx.expect_done(d)
     elif kind == "stolen":

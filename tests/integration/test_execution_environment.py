@@ -135,3 +135,54 @@ def window_from_the_ee_and_the_venv(ee_image, kubeconfig, core_v1, tmp_path):
     from_venv = stats_artifacts(venv / "artifacts")["npuops_fleet_summary"]
     assert essentials(from_ee) == essentials(from_venv)
     assert os.path.exists(venv / "reports" / "latest-chat.txt") and (ee / "reports" / "latest-chat.txt").exists()
+
+
+def test_two_runner_slices_in_the_execution_environment_share_one_window(ee_image, kubeconfig, core_v1, tmp_path):
+    """Two ansible-runner processes in the image as two slices of one AWX workflow launch (the run id
+    from awx_workflow_job_id, each job its own awx_job_id), then the close step: one window, both hosts."""
+    import ansible_runner
+    from test_maintenance_window import N0
+
+    wf = "9%05d" % (os.getpid() % 100000)
+    for n in (N0, N1):
+        restore_host(core_v1, n)
+    try:
+        procs = []
+        for job, host in ((1, N0), (2, N1)):
+            d = private_dir(tmp_path / ("slice%d" % job), "/runner/kubeconfig", "/runner/reports", "/runner/lab")
+            (d / "env" / "extravars").write_text(json.dumps({
+                "maintenance_hosts": host, "maintenance_report_dir": "/runner/reports", "npuops_fleet_kubeconfig": None,
+                "maintenance_step": "slice", "awx_workflow_job_id": wf, "awx_job_id": job}))
+            shutil.copy(kubeconfig, d / "kubeconfig")
+            (d / "lab" / "ssh").mkdir(parents=True)
+            for f in ("id_ed25519", "ports.json"):
+                shutil.copy(lab_dir() / "ssh" / f, d / "lab" / "ssh" / f)
+            subprocess.run(["chown", "-R", "1000:0", str(d)], check=True)
+            procs.append((d, subprocess.Popen(
+                [str(PODMAN), "run", "--rm", "--network", "host", "-v", "%s:/runner" % d,
+                 "-v", "%s:/runner/inventory:ro" % INVENTORY, ee_image, "ansible-runner", "run", "/runner", "-p",
+                 "window.yml"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+        for d, p in procs:
+            out, _ = p.communicate(timeout=1500)
+            assert p.returncode == 0, out[-6000:]
+            s = stats_artifacts(d / "artifacts")["npuops_fleet_summary"]
+            assert s["run_id"] == "awx-wf-" + wf and s["result"] == "success", s
+        # the close step (not sliced) from the virtualenv, as the workflow's last job
+        close = private_dir(tmp_path / "close", kubeconfig, str(tmp_path / "close" / "reports"), str(lab_dir()))
+        (close / "env" / "extravars").write_text(json.dumps({
+            "maintenance_hosts": "localhost", "maintenance_report_dir": str(tmp_path / "close" / "reports"),
+            "npuops_fleet_kubeconfig": None, "maintenance_step": "close", "awx_workflow_job_id": wf,
+            "awx_job_id": 3}))
+        (close / "inventory").symlink_to(INVENTORY)
+        r = ansible_runner.run(private_data_dir=str(close), playbook="window.yml", quiet=True, timeout=900,
+                               envvars=dict(json.loads((close / "env" / "envvars").read_text()),
+                                            ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS)))
+        assert (r.status, r.rc) == ("successful", 0), r.stdout.read()[-6000:]
+        window = stats_artifacts(close / "artifacts")["npuops_fleet_window"]
+        rows = {h["host"]: h for h in window["hosts"]}
+        assert window["closed"] and window["run_id"] == "awx-wf-" + wf, window
+        assert {rows[n]["status"] for n in (N0, N1)} == {"upgraded"}, rows
+        assert set(window["window"]["failures"]) == set() and window["window"]["state"] == "closed", window["window"]
+    finally:
+        for n in (N0, N1):
+            restore_host(core_v1, n)

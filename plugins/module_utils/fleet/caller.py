@@ -88,3 +88,81 @@ class CallerWatch:
                     parent,
                 )
         return None
+
+
+def proc_start(pid: int) -> Optional[str]:
+    """The start time of ``pid`` (clock ticks since boot, /proc/<pid>/stat field 22) as a string, so
+    that a pid reused by another process is not taken for the one recorded; None when it is gone."""
+    try:
+        with open("/proc/%d/stat" % pid, encoding="utf-8", errors="replace") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def boot_id() -> str:
+    """This machine's boot id ("" where there is none): a recorded pid means something only in the
+    same boot of the same machine."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="utf-8") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def pid_namespace() -> str:
+    """This process's pid namespace (``pid:[<inode>]``; "" where there is none): containers on one
+    machine share its boot id but not its pids, so a recorded pid means something only in the same
+    namespace (AWX runs each job in a container of its own)."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def this_process(pid: Optional[int] = None) -> Optional[dict[str, str | int]]:
+    """``{"boot_id", "pidns", "pid", "start"}`` of ``pid`` (default this process), or None when it
+    cannot be told: what :func:`process_gone` later judges."""
+    pid = os.getpid() if pid is None else pid
+    start, bid, ns = proc_start(pid), boot_id(), pid_namespace()
+    return {"boot_id": bid, "pidns": ns, "pid": pid, "start": start} if start and bid and ns else None
+
+
+def playbook_process(watch: Optional[CallerWatch] = None) -> Optional[dict[str, str | int]]:
+    """:func:`this_process` of the ansible-playbook main process that started this module (the top of
+    its parent chain, :class:`CallerWatch`), or None when it cannot be told."""
+    watch = watch if watch is not None else CallerWatch()
+    for _child, parent in reversed(watch.chain):
+        if proc_is_playbook(parent):
+            return this_process(parent)
+    return None
+
+
+def process_gone(recorded: object) -> bool:
+    """True when ``recorded`` (a :func:`this_process` of this boot of this machine, in this pid
+    namespace) has ended: its pid is gone or now another process (another start time). False when it
+    runs, or when the record is of another machine, boot or pid namespace (a container of its own:
+    not knowable here; its own lease's TTL decides)."""
+    if not isinstance(recorded, dict) or not recorded.get("boot_id") or recorded.get("boot_id") != boot_id():
+        return False
+    if not recorded.get("pidns") or recorded.get("pidns") != pid_namespace():
+        return False
+    try:
+        pid = int(recorded.get("pid") or 0)
+    except (TypeError, ValueError):
+        return False
+    if pid <= 1:
+        return False
+    start = proc_start(pid)
+    if start is None:
+        # unreadable is not gone: /proc mounted hidepid hides other users' processes
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False  # EPERM: it exists
+        return False
+    return start != recorded.get("start")

@@ -56,6 +56,11 @@ class LeaseHeldError(FleetError):
         self.lease = lease if lease is not None else {}
 
 
+class LeaseConflictError(RuntimeError, FleetError):
+    """MAX_CONFLICT_RETRIES writes in a row lost their race (many writers of one Lease at once): nothing
+    is known to be wrong with the Lease; a keepalive retries at its next tick (window/run_lease.py)."""
+
+
 class LeaseLostError(LeaseHeldError):
     """The run no longer holds its Lease: a renewal (``renew_only``) found it deleted or held by another
     run (it expired and was taken over), or the run's keepalive (window/run_lease.py) could not renew it
@@ -239,12 +244,14 @@ class LeaseManager:
             raise
         return json.loads(resp.data)
 
-    def _write(self, lease: Optional[Mapping[str, Any]], spec: Mapping[str, Any]) -> dict[str, Any]:
-        """Create (``lease`` None) or replace with ``lease``'s resourceVersion. A 409 whose lease now
-        shows this very ``spec`` (:func:`written_by_us`: the answer to an earlier attempt was lost)
-        returns that lease; any other 409 is raised for the caller's read-and-decide-again."""
+    def _write(self, lease: Optional[Mapping[str, Any]], spec: Mapping[str, Any],
+               annotations: Optional[Mapping[str, str]] = None) -> dict[str, Any]:
+        """Create (``lease`` None) or replace with ``lease``'s resourceVersion; ``annotations``: set
+        these (the others are kept). A 409 whose lease now shows this very ``spec``
+        (:func:`written_by_us`: the answer to an earlier attempt was lost) returns that lease; any other
+        409 is raised for the caller's read-and-decide-again."""
         try:
-            return self._send(lease, spec)
+            return self._send(lease, spec, annotations)
         except self.k8s.ApiException as exc:
             if exc.status != 409:
                 raise
@@ -253,12 +260,14 @@ class LeaseManager:
                 return now
             raise
 
-    def _send(self, lease: Optional[Mapping[str, Any]], spec: Mapping[str, Any]) -> dict[str, Any]:
+    def _send(self, lease: Optional[Mapping[str, Any]], spec: Mapping[str, Any],
+              annotations: Optional[Mapping[str, str]] = None) -> dict[str, Any]:
         if lease is None:
             body = {
                 "apiVersion": "coordination.k8s.io/v1",
                 "kind": "Lease",
-                "metadata": {"name": self.name, "namespace": self.namespace, "labels": self.labels},
+                "metadata": {"name": self.name, "namespace": self.namespace, "labels": self.labels,
+                             **({"annotations": dict(annotations)} if annotations else {})},
                 "spec": dict(spec),
             }
             resp = self._call(self.api.create_namespaced_lease, self.namespace, body, _preload_content=False)
@@ -272,7 +281,7 @@ class LeaseManager:
                     "namespace": self.namespace,
                     "resourceVersion": meta.get("resourceVersion"),
                     "labels": meta.get("labels") or self.labels,
-                    "annotations": meta.get("annotations") or {},
+                    "annotations": dict(meta.get("annotations") or {}, **dict(annotations or {})),
                 },
                 "spec": dict(spec),
             }
@@ -290,8 +299,16 @@ class LeaseManager:
         take_over: Optional[str] = None,
         renew_only: bool = False,
         sleep: Any = time.sleep,
+        annotate: Optional[Any] = None,
+        renewed_by_peer: Optional[Any] = None,
     ) -> dict[str, Any]:
         """Returns ``{action, changed, taken_over, previous, lease}``; raises LeaseHeldError.
+
+        ``annotate(lease, decision, now)``: annotations to write with the same compare-and-swap (the
+        shared window's record, window/run_lease.py) - a dict, or ``(dict, duration)`` to write that
+        leaseDurationSeconds instead of ``ttl`` - or raises LeaseHeldError to refuse; called again on
+        every read after a conflict. ``renewed_by_peer(now, read)``: with ``annotate``, whether a
+        renewal that lost its race counts as made anyway (another lane of the same participant renewed).
 
         ``take_over``: see :func:`decide_acquire`. ``renew_only``: the caller holds the lease already
         (a run renewing it); anything but a renewal - the lease gone, or another holder's - raises
@@ -310,17 +327,26 @@ class LeaseManager:
             if decision["action"] == "refuse":
                 raise LeaseHeldError(refuse_message(self.name, self.namespace, previous, now), lease or {})
             spec = new_spec(lease, decision, holder, ttl, now)
+            anns = annotate(lease, decision, now) if annotate is not None else None
+            if isinstance(anns, tuple):
+                anns, duration = anns
+                spec["leaseDurationSeconds"] = int(duration)
             if check_mode:
+                meta = dict((lease or {}).get("metadata") or {})
+                meta["annotations"] = dict(meta.get("annotations") or {}, **dict(anns or {}))
                 return {"action": decision["action"], "changed": True, "previous": previous,
-                        "lease": dict(lease or {}, spec=spec)}
+                        "lease": dict(lease or {}, spec=spec, metadata=meta)}
             try:
-                written = self._write(lease, spec)
+                written = self._write(lease, spec, anns)
             except self.k8s.ApiException as exc:
                 if exc.status != 409:
                     raise
-                if decision["action"] == "renew":
+                # a renewal another host of the run made meanwhile renews this one too, unless this one
+                # carries a record of its own to write
+                if decision["action"] == "renew" and (annotate is None or renewed_by_peer is not None):
                     again = self.read()
-                    if renewed_since(again, lease, holder):
+                    if renewed_since(again, lease, holder) and (
+                            renewed_by_peer is None or renewed_by_peer(again, lease)):
                         return {"action": "renew", "changed": True, "previous": previous, "lease": again}
                 # lost a race: read again, decide again (spread out writers of one run)
                 sleep(random.uniform(0.05, 0.25) * (attempt + 1))
@@ -330,7 +356,7 @@ class LeaseManager:
         return k8s_retry.retry_on_conflict(step, MAX_CONFLICT_RETRIES, self._conflicts_exhausted)
 
     def _conflicts_exhausted(self) -> Any:
-        raise RuntimeError(
+        raise LeaseConflictError(
             "lease %s/%s: %d conflicting writes in a row; giving up" % (self.namespace, self.name, MAX_CONFLICT_RETRIES)
         )
 

@@ -14,6 +14,10 @@ nodes, decides, and writes the record back with the resourceVersion it read (opt
 a 409 means another run wrote in between, so it decides again). The winner labels its node
 upgrade-required (itself guarded by the node's resourceVersion) and removes its entry; an entry left
 by a killed run expires after :data:`SLOT_GRACE` seconds, by which time its node's label says it all.
+An entry whose claiming process is known to have ended (its recorded ``process`` ran on this machine,
+in this boot and pid namespace: fleet/caller.py) is swept at once - that process had either labelled
+its node, which the fresh list of nodes in an upgrade then counts, or changed nothing - so a
+participant of a shared window killed mid-claim holds no slot of the others for the grace period.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ansible_collections.npuops.fleet.plugins.module_utils.errors import FleetError
+from ansible_collections.npuops.fleet.plugins.module_utils.fleet import caller
 from ansible_collections.npuops.fleet.plugins.module_utils.k8s import retry as k8s_retry
 from ansible_collections.npuops.fleet.plugins.module_utils.k8s import wait as k8s_wait
 from ansible_collections.npuops.fleet.plugins.module_utils.k8s.node_snapshot import MAX_AGE, NodeSnapshot
@@ -136,7 +141,10 @@ class Slots:
         profile: Mapping[str, Any],
         namespace: str = DEFAULT_NAMESPACE,
         clock: Callable[[], float] = time.time,
+        gone: Callable[[Any], bool] = caller.process_gone,
     ) -> None:
+        """``gone(process)``: whether an entry's claiming process has ended (fleet/caller.process_gone)."""
+        self.gone = gone
         self.coord = coord
         self.namespace = namespace
         self.name = slot_lease_name(profile)
@@ -158,7 +166,8 @@ class Slots:
         return SlotRecord(lease, entries if isinstance(entries, dict) else {})
 
     def live(self, record: SlotRecord, node_names: Optional[set[str]] = None) -> dict[str, dict[str, Any]]:
-        """Entries not older than SLOT_GRACE (and, when given, for nodes that still exist)."""
+        """Entries not older than SLOT_GRACE whose claiming process is not known to have ended (and,
+        when given, for nodes that still exist)."""
         now = self.clock()
         return {
             n: e
@@ -166,6 +175,7 @@ class Slots:
             if isinstance(e, dict)
             and now - float(e.get("since") or 0) < SLOT_GRACE
             and (node_names is None or n in node_names)
+            and not (e.get("process") and self.gone(e["process"]))
         }
 
     def write(self, record: SlotRecord, entries: Mapping[str, Any]) -> bool:
@@ -265,6 +275,8 @@ def wait_admission(
                 "token": token,
                 "since": since,
                 "holder": "%s/%d" % (socket.gethostname(), os.getpid()),
+                # this module process: a later reader on this machine sweeps the entry once it ended
+                "process": caller.this_process(),
             }
             if slots.write(record, claimed):
                 halt = stop() if stop is not None else None

@@ -3,7 +3,9 @@
 # Do not use it from other collections or standalone plugins/modules!
 """What stops or refuses one node's upgrade before it changes anything, beside the state machine:
 the window's stop file and its ``failures/`` folder on the control node (one file per failed node),
-the playbook run that called us (fleet/caller.py), and the host-to-Node identity check.
+the shared window's record in the cluster (window/shared.py: its budget counts the failures of every
+process of the window), the playbook run that called us (fleet/caller.py), and the host-to-Node
+identity check.
 """
 
 from __future__ import annotations
@@ -56,12 +58,36 @@ def record_failure(stop_file: Optional[str], node_name: str, reason: str, max_fa
         write_stop(stop_file, reason)
 
 
+def window_of(ctx: UpgradeContext) -> Any:
+    """The shared window (window/run_lease.WindowLease) of the call's keepalive, else None."""
+    return getattr(ctx.keepalive, "window", None)
+
+
+def record_window_failure(ctx: UpgradeContext, reason: str) -> Optional[str]:
+    """Count the node's failure against the shared window's budget (a renewal that carries it); None,
+    or why it could not be recorded (the caller then stops its own process through the stop file)."""
+    window = window_of(ctx)
+    if window is None:
+        return None
+    try:
+        window.renew(failure=(ctx.name, reason))
+    except Exception as exc:  # noqa: BLE001 - a failure record never fails the failure itself
+        return "the failure of %s could not be counted in maintenance window %s: %s" % (ctx.name, window.run_id, exc)
+    return None
+
+
 def stop_reason(ctx: UpgradeContext) -> Optional[str]:
-    """Why no admission may be granted now: the playbook run that started this call is gone, or the
-    stop file exists (its first line, or a default); else None."""
+    """Why no admission may be granted now: the playbook run that started this call is gone, the
+    shared window is stopping or closed (its record, read at most every 2 s), or the stop file exists
+    (its first line, or a default); else None."""
     gone = ctx.caller.gone()
     if gone:
         return gone
+    window = window_of(ctx)
+    if window is not None:
+        why = window.stop_reason()
+        if why:
+            return why
     if not ctx.stop_file or not os.path.exists(ctx.stop_file):
         return None
     try:

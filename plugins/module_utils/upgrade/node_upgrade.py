@@ -255,8 +255,13 @@ class NodeUpgrade:
 
     def record_failure(self, reason: str, max_failures: int) -> None:
         """Record this node's failure beside the stop file; the stop file when more than
-        ``max_failures`` nodes failed (see guards.record_failure)."""
+        ``max_failures`` nodes failed (see guards.record_failure). In a shared window the failure also
+        counts against the window's budget, which stops every process's admissions; a failure that
+        cannot be counted there stops this process (the stop file)."""
         guards.record_failure(self.ctx.stop_file, self.ctx.name, reason, max_failures)
+        not_counted = guards.record_window_failure(self.ctx, reason)
+        if not_counted:
+            guards.write_stop(self.ctx.stop_file, not_counted)
 
     def _finish_result(self, phase: str) -> dict[str, Any]:
         ctx = self.ctx

@@ -141,6 +141,10 @@ def test_summary_rows_and_totals():
         "not started: the run lost its maintenance lease: expired")
     assert mw.summary_rows(HOSTS, fleet(), None, "x")[1]["reason"] == "not started: refused: x"
     assert mw.stop_reason(["lab-node-1"], fleet()) == "the run stopped"
+    # another process of the shared window spent the budget: its reason, unless this process has its own
+    other = "maintenance window R stopped: failure on lab-x (install): dpkg"
+    assert mw.summary_rows(["lab-node-1"], fleet(), None, "", other)[0]["reason"] == "not started: " + other
+    assert mw.summary_rows(HOSTS, fleet(), None, "", other)[0]["reason"] == "not started: failure on lab-npu-0"
     assert mw.summary_totals(rows) == {
         "not_upgraded": ["lab-node-1", "lab-node-2", "lab-npu-0", "lab-gone"], "result": "failed",
         "counts": {"not-started": 3, "already-at-target": 1, "failed": 1}}

@@ -192,3 +192,35 @@ def test_a_wait_for_a_verdict_ends_when_the_run_stops(monkeypatch):
     with pytest.raises(admission.AdmissionStopped, match="failure on h0"):
         admission.wait_verdict(None, None, NV, parse_policy({}), "n1", None, sleep=lambda s: None, stop=stop)
     assert len(asked) == 3
+
+
+def test_an_entry_whose_claiming_process_ended_is_swept_and_a_live_ones_kept():
+    import os
+    import subprocess
+    import sys
+
+    from fake_k8s import FakeLeases
+
+    from ansible_collections.npuops.fleet.plugins.module_utils.fleet import caller
+    from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import admission
+
+    if not os.path.exists("/proc/self/stat"):
+        import pytest
+
+        pytest.skip("no /proc")
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.2)"])
+    dead = caller.this_process(child.pid)
+    child.wait()
+    alive = caller.this_process()
+    elsewhere = dict(dead, boot_id="another-machine")
+    container = dict(dead, pidns="pid:[1]")  # another container of this machine: its pids are not ours
+    slots = admission.Slots(FakeLeases(), NV)
+    now = slots.clock()
+    rec = admission.SlotRecord(None, {
+        "n0": {"token": "a", "since": now, "process": dead},
+        "n1": {"token": "b", "since": now, "process": alive},
+        "n2": {"token": "c", "since": now, "process": elsewhere},  # not knowable here: its grace decides
+        "n3": {"token": "d", "since": now},
+        "n4": {"token": "e", "since": now, "process": container},
+    })
+    assert sorted(slots.live(rec)) == ["n1", "n2", "n3", "n4"]
