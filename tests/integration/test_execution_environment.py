@@ -152,7 +152,11 @@ def test_two_runner_slices_in_the_execution_environment_share_one_window(ee_imag
             d = private_dir(tmp_path / ("slice%d" % job), "/runner/kubeconfig", "/runner/reports", "/runner/lab")
             (d / "env" / "extravars").write_text(json.dumps({
                 "maintenance_hosts": host, "maintenance_report_dir": "/runner/reports", "npuops_fleet_kubeconfig": None,
-                "maintenance_step": "slice", "awx_workflow_job_id": wf, "awx_job_id": job}))
+                "maintenance_step": "slice", "maintenance_rollout": "rolling", "awx_workflow_job_id": wf,
+                "awx_job_id": job}))
+            # a rolling slice's forks are its lanes: at most the width + 1 (the job template's forks)
+            env = json.loads((d / "env" / "envvars").read_text())
+            (d / "env" / "envvars").write_text(json.dumps(dict(env, ANSIBLE_FORKS="2")))
             shutil.copy(kubeconfig, d / "kubeconfig")
             (d / "lab" / "ssh").mkdir(parents=True)
             for f in ("id_ed25519", "ports.json"):
