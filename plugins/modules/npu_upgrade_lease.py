@@ -282,7 +282,7 @@ def argument_spec():
         targets={"type": "dict", "default": {}},
         max_failures={"type": "int", "default": 0},
         failure={"type": "dict", "options": {"node": {"type": "str", "required": True},
-                                              "reason": {"type": "str", "required": True}}},
+                                             "reason": {"type": "str", "required": True}}},
         stop={"type": "str"},
         close={"type": "bool", "default": True},
     )

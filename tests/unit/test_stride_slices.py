@@ -85,3 +85,15 @@ def test_an_unknown_group_is_refused(tmp_path):
     res = _run(str(inv), "2", str(tmp_path / "slices"), "amd")
     assert res.returncode != 0
     assert "no group 'amd'" in res.stderr
+
+
+def test_the_slices_forks_share_the_smallest_width(tmp_path):
+    inv = tmp_path / "hosts.yml"
+    # widths 4 and 7: the window takes the smallest, 4; three slices get ceil(4 / 3) + 1 = 3 forks each
+    inv.write_text("all:\n  children:\n    a:\n      hosts: {h1: , h2: , h3: }\n"
+                   "      vars: {driver_upgrade_policy: {maxParallelUpgrades: 4}}\n"
+                   "    b:\n      hosts: {h4: }\n      vars: {driver_upgrade_policy: {maxParallelUpgrades: 7}}\n")
+    res = _run(str(inv), "3", str(tmp_path / "slices"))
+    assert res.returncode == 0, res.stderr
+    slice_lines = [ln for ln in res.stdout.splitlines() if "maintenance_step=slice" in ln]
+    assert len(slice_lines) == 3 and all(ln.endswith("maintenance_rollout=rolling --forks 3") for ln in slice_lines)

@@ -108,7 +108,7 @@ def run_rows(items: list[dict], profile: Mapping[str, Any], run_id: str) -> list
                 "status": node_status(state),
             }
         )
-    rows.sort(key=lambda r: r["node"])
+    rows.sort(key=lambda r: str(r["node"]))
     return rows
 
 
@@ -120,7 +120,7 @@ def count_statuses(rows: list[dict]) -> dict[str, int]:
     return counts
 
 
-def _slice_rows(slices: list[dict]) -> list[tuple[Any, dict]]:
+def _slice_rows(slices: list[dict]) -> list[tuple[Any, Mapping[str, Any]]]:
     """``(participant, row)`` for every row of every slice, in order; raises RunNodesError on bad shapes."""
     if not isinstance(slices, list):
         raise RunNodesError("window slices must be a list of summaries, got %s" % type(slices).__name__)

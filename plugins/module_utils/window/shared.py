@@ -158,7 +158,8 @@ def stamp(record: Mapping[str, Any], participant: str, ttl: int, now: float, now
     ``process``: its ansible-playbook process (set when it joins; kept by later renewals)."""
     rec = dict(record)
     parts = dict(rec.get("participants") or {})
-    old = parts.get(participant) if isinstance(parts.get(participant), dict) else {}
+    found = parts.get(participant)
+    old: dict[str, Any] = found if isinstance(found, dict) else {}
     parts[participant] = {"renewed": round(float(now), 3), "ttl": int(ttl), "joined": old.get("joined") or now_iso}
     if process or old.get("process"):
         parts[participant]["process"] = dict(process or old["process"])

@@ -106,8 +106,8 @@ def test_the_runs_nodes_over_two_pages(cluster, capsys, check_mode):
 
 def test_default_page_size_and_another_vendor(cluster, capsys):
     rc, res = run({"run_id": "R9", "vendor": "rebellions"}, capsys)
-    assert rc == 0 and res["nodes"] == [] and res["counts"] == {"upgraded": 0, "failed": 0, "in-progress": 0,
-                                                                 "other": 0}
+    zero = {"upgraded": 0, "failed": 0, "in-progress": 0, "other": 0}
+    assert rc == 0 and res["nodes"] == [] and res["counts"] == zero
     assert [(c["label_selector"], c["limit"]) for c in cluster["core"].calls] == [
         ("rebellions.ai/npu.present=true", 500),
         ("rebellions.ai/npu.present=true", 500),

@@ -165,7 +165,7 @@ def test_a_participant_whose_process_ended_is_swept():
     # with only the dead one left, the leaver closes
     ps = parts(p1=1000.0, p2=1005.0)
     ps["p2"]["process"] = {"boot_id": "b", "pid": 7, "start": "1"}
-    action, rec, _ = shared.decide_leave(record(participants=ps), "p1", 1010.0, T1, gone=gone)
+    action, rec, _others = shared.decide_leave(record(participants=ps), "p1", 1010.0, T1, gone=gone)
     assert action == "close" and rec["participants"] == {}
 
 

@@ -82,7 +82,7 @@ def test_two_participants_join_the_same_run(two):
 
 
 def test_a_third_with_another_target_is_refused_and_nothing_changes(two):
-    api, clock, *_ = two
+    api, clock, *_rest = two
     before = snapshot(api)
     c = WindowLease(manager(api), "R", "p3", 60, clock=clock)
     with pytest.raises(L.LeaseHeldError, match="nvidia") as err:
@@ -92,7 +92,7 @@ def test_a_third_with_another_target_is_refused_and_nothing_changes(two):
 
 
 def test_another_run_is_refused_while_the_lease_is_valid(two):
-    api, clock, *_ = two
+    api, clock, *_rest = two
     before = snapshot(api)
     with pytest.raises(L.LeaseHeldError, match="held by R "):
         WindowLease(manager(api), "R2", "q1", 60, clock=clock).join({"nvidia": NV_A}, 0)
@@ -100,7 +100,7 @@ def test_another_run_is_refused_while_the_lease_is_valid(two):
 
 
 def test_a_failure_beyond_the_budget_stops_every_participant(two):
-    api, clock, a, b, *_ = two
+    api, clock, a, b, *_rest = two
     assert b.stop_reason() is None
     a.renew(failure=("n1", "driver did not load"))
     rec = rec_of(api)
@@ -118,7 +118,7 @@ def test_a_failure_beyond_the_budget_stops_every_participant(two):
 
 
 def test_stop_moves_the_window_to_stopping(two):
-    api, clock, a, b, *_ = two
+    api, clock, a, b, *_rest = two
     b.renew(stop="operator refused")
     clock.t += RECORD_MAX_AGE
     assert a.stop_reason() == "maintenance window R stopped: operator refused"
@@ -126,7 +126,7 @@ def test_stop_moves_the_window_to_stopping(two):
 
 
 def test_leave_then_close_then_rejoin_rules(two):
-    api, clock, a, b, *_ = two
+    api, clock, a, b, *_rest = two
     r = a.leave()
     assert r["action"] == "leave" and r["changed"] and r["others"] == ["p2"]
     assert stored(api)["spec"]["holderIdentity"] == "R"
@@ -167,7 +167,7 @@ def test_leave_then_close_then_rejoin_rules(two):
 
 
 def test_close_false_keeps_the_window_open(two):
-    api, _clock, a, b, *_ = two
+    api, _clock, a, b, *_rest = two
     a.leave()
     r = b.leave(close=False)
     assert r["action"] == "leave" and r["others"] == []
@@ -175,7 +175,7 @@ def test_close_false_keeps_the_window_open(two):
 
 
 def test_a_conflicting_write_is_retried_and_both_stamps_survive(two):
-    api, _clock, a, b, *_ = two
+    api, _clock, a, b, *_rest = two
     joined = rec_of(api)["participants"]
     original = api.replace_namespaced_lease
     calls = []
@@ -208,7 +208,7 @@ def test_a_conflicting_write_is_retried_and_both_stamps_survive(two):
 def test_two_concurrent_leaves_close_the_window(two):
     # a 409 after another participant's leave must not be taken for this call's own write (the spec is
     # unchanged by a leave): else the leave is lost and nobody closes the window
-    api, _clock, a, b, *_ = two
+    api, _clock, a, b, *_rest = two
     original = api.replace_namespaced_lease
     results = {}
 
