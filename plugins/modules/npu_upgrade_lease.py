@@ -172,6 +172,11 @@ others:
   returned: with O(participant) and O(state=absent)
   type: list
   elements: str
+participants:
+  description: On a refusal - the participants the held window's record names (live or not).
+  returned: on a refusal
+  type: list
+  elements: str
 stop_reason:
   description: Why the window admits no node now (stopping or closed), else null.
   returned: with O(participant)
@@ -333,7 +338,9 @@ def run(module):
                          lease=exc.lease or None)
     except LeaseHeldError as exc:
         st = lease_state(exc.lease, now_utc())
+        parts = shared.read(exc.lease).get("participants")
         module.fail_json(msg=str(exc), changed=False, operation="refuse", acquired=False, taken_over=False,
+                         participants=sorted(parts) if isinstance(parts, dict) else [],
                          previous_holder=st["holder"], holder=st["holder"], acquire_time=st["acquire_time"],
                          renew_time=st["renew_time"], expires=st["expires"], lease=exc.lease)
     except Exception as exc:

@@ -19,20 +19,12 @@ import pytest
 from fleetlab import STATE, LimitWatcher, scratch_fleet
 from labhelpers import REPO, playbook_command
 
+# the rolling window's policy of the rollout tests: maxParallelUpgrades 2, maxUnavailable 2, forks 3
+from test_rollout import ROLLING, WINDOW_LEASE
+
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import states as sm
 
-WINDOW_LEASE = "npuops-fleet-maintenance-window"
 ANNOTATION = "npuops.io/window"
-POLICY = {
-    "autoUpgrade": True,
-    "maxParallelUpgrades": 2,
-    "maxUnavailable": 2,
-    "waitForCompletion": {"timeoutSeconds": 0, "podSelector": ""},
-    "gpuPodDeletion": {"force": False, "timeoutSeconds": 300, "deleteEmptyDirData": False},
-    "drain": {"enable": True, "force": False, "deleteEmptyDirData": True, "podSelector": "", "timeoutSeconds": 300},
-    "reboot": {"enable": False, "rebootTimeoutSeconds": 300},
-}
-ROLLING = ("maintenance_rollout=rolling", "--forks=3", {"driver_upgrade_policy": POLICY})
 
 
 @pytest.fixture
@@ -158,10 +150,12 @@ def test_a_failure_in_one_slice_stops_new_starts_in_the_other_and_those_in_fligh
     zones = ["zone-a", "zone-b", "zone-c", "zone-a", "zone-b", "zone-c"]
     with scratch_fleet(core_v1, "lab-sbud", zones, tmp_path) as names:
         names = sorted(names)
-        parts = [names[0::2], names[1::2]]
+        # slice 0: the failing host alone, started first so that it holds a lane; slice 1: the others,
+        # started once it does
+        parts = [names[:1], names[1:]]
         bad = parts[0][0]
         # dpkg refuses on this host once a node of the other slice is in flight: the failure comes at
-        # install, after its node was cordoned and drained
+        # install, after its node was cordoned and drained, while slice 1 still has hosts to start
         hx(
             bad,
             "printf '#!/bin/sh\\nfor i in $(seq 3000); do [ -e /run/npuops-it-go ] && exit 1; sleep 0.2; done;"
@@ -171,12 +165,15 @@ def test_a_failure_in_one_slice_stops_new_starts_in_the_other_and_those_in_fligh
         )
         watcher = LimitWatcher(core_v1).start()
         # report directories of their own: no stop file shared on the control node, only the window's record
-        procs = [start(tmp_path, kubeconfig, part, run_id, "slice", f"slice-{k}.txt", "maintenance_max_failures=0",
-                       reports=f"reports-{k}") for k, part in enumerate(parts)]
+        procs = []
         try:
-            end = time.monotonic() + 1200
-            while time.monotonic() < end and not (watcher.busy_now & set(parts[1])):
-                time.sleep(0.1)
+            for k, part in enumerate(parts):
+                procs.append(start(tmp_path, kubeconfig, part, run_id, "slice", f"slice-{k}.txt",
+                                   "maintenance_max_failures=0", reports=f"reports-{k}"))
+                end = time.monotonic() + 1200
+                while time.monotonic() < end and not (watcher.busy_now & set(part)) and procs[-1].poll() is None:
+                    time.sleep(0.1)
+                assert watcher.busy_now & set(part), f"slice {k} put no node in flight"
             hx(bad, "touch /run/npuops-it-go")
             outs = [finish(p) for p in procs]
         finally:

@@ -58,7 +58,8 @@ def test_three_slices_of_seven_hosts(tmp_path):
     assert lines == ["ansible-playbook npuops.fleet.maintenance_window -i %s -e maintenance_run_id=stride-test-1"
                      " -e maintenance_step=open" % inv] + [
         "ansible-playbook npuops.fleet.maintenance_window -i %s --limit @%s/slice-%d.txt"
-        " -e maintenance_run_id=stride-test-1 -e maintenance_step=slice -e maintenance_rollout=rolling" % (inv, out, k)
+        " -e maintenance_run_id=stride-test-1 -e maintenance_step=slice -e maintenance_rollout=rolling"
+        " --forks 2" % (inv, out, k)  # no policy: width 1 (the GPU Operator's default), ceil(1 / 3) + 1
         for k in range(3)
     ] + ["ansible-playbook npuops.fleet.maintenance_window -i %s -e maintenance_run_id=stride-test-1"
          " -e maintenance_step=close" % inv]
@@ -89,9 +90,9 @@ def test_an_unknown_group_is_refused(tmp_path):
 
 def test_the_slices_forks_share_the_smallest_width(tmp_path):
     inv = tmp_path / "hosts.yml"
-    # widths 4 and 7: the window takes the smallest, 4; three slices get ceil(4 / 3) + 1 = 3 forks each
+    # widths "4" (a string) and 7: the window takes the smallest, 4; three slices get ceil(4 / 3) + 1 = 3 forks each
     inv.write_text("all:\n  children:\n    a:\n      hosts: {h1: , h2: , h3: }\n"
-                   "      vars: {driver_upgrade_policy: {maxParallelUpgrades: 4}}\n"
+                   "      vars: {driver_upgrade_policy: {maxParallelUpgrades: '4'}}\n"
                    "    b:\n      hosts: {h4: }\n      vars: {driver_upgrade_policy: {maxParallelUpgrades: 7}}\n")
     res = _run(str(inv), "3", str(tmp_path / "slices"))
     assert res.returncode == 0, res.stderr

@@ -153,7 +153,7 @@ def process_gone(recorded: object) -> bool:
         pid = int(recorded.get("pid") or 0)
     except (TypeError, ValueError):
         return False
-    if pid <= 1:
+    if pid <= 1 or not recorded.get("start"):
         return False
     start = proc_start(pid)
     if start is None:

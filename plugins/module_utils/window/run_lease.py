@@ -22,6 +22,7 @@ failure budget, a stop and leave/close are compare-and-swaps of the record.
 
 from __future__ import annotations
 
+import random
 import time
 from typing import Any, Callable, Mapping, Optional
 
@@ -39,6 +40,8 @@ from ansible_collections.npuops.fleet.plugins.module_utils.window import shared
 
 # seconds a read of the window's record serves stop checks (admission polls every 1-5 s)
 RECORD_MAX_AGE = 2.0
+# rounds of a failure's or a stop's write after lost races (each MAX_CONFLICT_RETRIES tries)
+RECORD_ROUNDS = 4
 
 
 class WindowLease:
@@ -114,17 +117,28 @@ class WindowLease:
             return rec
 
         # a plain renewal that loses its race to another lane of this process counts as made; one that
-        # carries a failure or a stop must land itself
+        # carries a failure or a stop must land itself, so it tries again after lost races (a few rounds of
+        # MAX_CONFLICT_RETRIES: many lanes of many processes may write at once)
         peer = self._peer_renewed if not failure and not stop else None
+        rounds = 1 if peer is not None else RECORD_ROUNDS
         try:
-            res = self.manager.acquire(self.run_id, self.ttl, renew_only=True, annotate=self._annotate(make),
-                                       renewed_by_peer=peer)
+            for attempt in range(rounds):
+                try:
+                    res = self.manager.acquire(self.run_id, self.ttl, renew_only=True,
+                                               annotate=self._annotate(make), renewed_by_peer=peer)
+                    break
+                except LeaseConflictError:
+                    if attempt == rounds - 1:
+                        raise
+                    time.sleep(random.uniform(0.2, 1.0))
         except LeaseLostError as exc:
             rec = shared.read(exc.lease)
             if rec.get("run_id") == self.run_id and rec.get("state") == shared.CLOSED:
                 # closed: the holder is cleared, which the Lease alone would call a take-over
                 raise LeaseLostError(shared.stop_message(rec) or str(exc), exc.lease) from exc
             raise
+        if res.get("lease"):  # the record as written, or as another lane's renewal left it
+            self.record = shared.read(res["lease"])
         self._read_at = self.clock()
         return dict(res, record=self.record)
 

@@ -42,6 +42,8 @@ STATES = (OPEN, STOPPING, CLOSED)
 REASON_MAX = 300
 # failed nodes whose reasons the record keeps (about 100 KiB at most); beyond them only a count
 FAILURES_KEPT = 300
+# seconds: the most a participant's record may hold the Lease (a week; leaseDurationSeconds is an int32)
+DURATION_MAX = 7 * 24 * 3600
 
 
 class WindowRefused(ValueError):
@@ -97,9 +99,10 @@ def duration(record: Mapping[str, Any], now: float, floor: int) -> int:
     for p in (record.get("participants") or {}).values():
         try:
             latest = max(latest, float(p.get("renewed") or 0) + float(p.get("ttl") or 0))
-        except (AttributeError, TypeError, ValueError):
+        except (AttributeError, TypeError, ValueError, OverflowError):
             continue
-    return max(1, int(latest - now + 0.999))
+    # an int32 on the API side; a record that says more is not believed
+    return max(1, min(int(min(latest - now, DURATION_MAX) + 0.999), DURATION_MAX))
 
 
 def digests(value: Any) -> list[str]:
@@ -177,7 +180,9 @@ def with_failure(record: Mapping[str, Any], node: str, reason: str) -> dict[str,
     why = str(reason).replace("\n", " ")[:REASON_MAX]
     if node in failures or len(failures) < FAILURES_KEPT:
         failures[node] = why
-    else:
+    elif node not in (rec.get("failures_past") or []):
+        # counted once each; their names only (a few bytes), their reasons are on the nodes
+        rec["failures_past"] = list(rec.get("failures_past") or []) + [node]
         rec["failures_more"] = int(rec.get("failures_more") or 0) + 1
     rec["failures"] = failures
     failed = len(failures) + int(rec.get("failures_more") or 0)

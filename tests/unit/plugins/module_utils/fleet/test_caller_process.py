@@ -84,3 +84,9 @@ def test_a_process_of_another_pid_namespace_is_never_judged_gone(exited_child):
     assert caller.process_gone(dict(exited_child, pidns="")) is False
     assert caller.process_gone({k: v for k, v in exited_child.items() if k != "pidns"}) is False
     assert caller.process_gone(exited_child) is True
+
+
+def test_a_record_without_a_start_time_is_not_judged():
+    here = {"boot_id": caller.boot_id(), "pidns": caller.pid_namespace(), "pid": os.getpid()}
+    assert caller.process_gone(dict(here, start="")) is False
+    assert caller.process_gone(here) is False

@@ -238,3 +238,19 @@ def test_past_the_kept_reasons_only_the_count_grows_and_still_spends_the_budget(
     assert len(rec["failures"]) == 300 and "late" not in rec["failures"] and rec["failures_more"] == 1
     rec = shared.with_failure(dict(rec, max_failures=300), "later", "z")
     assert rec["failures_more"] == 2 and rec["state"] == "stopping" and rec["stop_reason"] == "z"
+
+
+def test_the_lease_lasts_as_long_as_its_longest_lived_participant_and_no_longer_than_a_week():
+    rec = {"participants": {"a": {"renewed": 1000.0, "ttl": 4320}, "b": {"renewed": 1500.0, "ttl": 1800},
+                            "dead": {"renewed": 0.0, "ttl": 60}, "junk": {"renewed": "x"}}}
+    # at 1,600 s: a lasts until 5,320, b until 3,300: 3,720 s from now, more than the writer's own 1,800
+    assert shared.duration(rec, 1600.0, 1800) == 3720
+    assert shared.duration({}, 1600.0, 1800) == 1800
+    huge = {"participants": {"x": {"renewed": 1600.0, "ttl": 1e300}, "y": {"renewed": 1600.0, "ttl": float("inf")}}}
+    assert shared.duration(huge, 1600.0, 60) == 7 * 24 * 3600
+
+
+def test_a_node_past_the_kept_reasons_that_fails_again_counts_once():
+    rec = dict(shared.new_record("R", {}, 1000, T0), failures={"n%d" % i: "x" for i in range(shared.FAILURES_KEPT)})
+    rec = shared.with_failure(shared.with_failure(rec, "late", "y"), "late", "y again")
+    assert rec["failures_more"] == 1 and rec["failures_past"] == ["late"]
