@@ -214,3 +214,18 @@ def wait_healthy(policy_v1: Any, ns: str, timeout: float = 180) -> None:
         return bool(st) and st.disruptions_allowed == 1
 
     wait("held pod Ready behind held-pdb", allowed, timeout)
+
+
+def dpkg_fails_when_told(host: str) -> None:
+    """dpkg on ``host`` refuses to run (exit 1) once /run/npuops-it-go exists there, waiting for it up to
+    600 s first (apt's simulation in the preflight does not run dpkg): a failure at install, after the
+    node was cordoned and drained, at the moment the test chooses (``touch /run/npuops-it-go``)."""
+    from test_host_lost import hx
+
+    hx(
+        host,
+        "printf '#!/bin/sh\\nfor i in $(seq 3000); do [ -e /run/npuops-it-go ] && exit 1; sleep 0.2; done;"
+        " exit 1\\n'"
+        " >/usr/local/sbin/npuops-it-fail && chmod +x /usr/local/sbin/npuops-it-fail"
+        " && echo 'DPkg::Pre-Invoke {\"/usr/local/sbin/npuops-it-fail\";};' >/etc/apt/apt.conf.d/99npuops-it-fail",
+    )

@@ -12,7 +12,7 @@ import time
 import uuid
 
 import pytest
-from fleetlab import NEW, STATE, LimitWatcher, held_workload, recap, scratch_fleet, window
+from fleetlab import NEW, STATE, LimitWatcher, dpkg_fails_when_told, held_workload, recap, scratch_fleet, window
 from kubernetes import client, watch
 
 from ansible_collections.npuops.fleet.plugins.module_utils.upgrade import states as sm
@@ -176,13 +176,7 @@ def test_a_failure_in_a_rolling_window_starts_no_new_host_and_finishes_those_in_
         # dpkg refuses to run on this host (apt's simulation in the preflight does not run dpkg), once
         # another host is in flight: so the failure comes at install, after its node was cordoned and
         # drained, while a lane of another host is in the middle of its upgrade
-        hx(
-            bad,
-            "printf '#!/bin/sh\\nfor i in $(seq 3000); do [ -e /run/npuops-it-go ] && exit 1; sleep 0.2; done;"
-            " exit 1\\n'"
-            " >/usr/local/sbin/npuops-it-fail && chmod +x /usr/local/sbin/npuops-it-fail"
-            " && echo 'DPkg::Pre-Invoke {\"/usr/local/sbin/npuops-it-fail\";};' >/etc/apt/apt.conf.d/99npuops-it-fail",
-        )
+        dpkg_fails_when_told(bad)
         watcher = LimitWatcher(core_v1).start()
 
         def go_when_another_is_in_flight():

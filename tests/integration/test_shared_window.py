@@ -16,7 +16,7 @@ import time
 import uuid
 
 import pytest
-from fleetlab import STATE, LimitWatcher, scratch_fleet
+from fleetlab import STATE, LimitWatcher, dpkg_fails_when_told, scratch_fleet
 from labhelpers import REPO, playbook_command
 
 # the rolling window's policy of the rollout tests: maxParallelUpgrades 2, maxUnavailable 2, forks 3
@@ -156,13 +156,7 @@ def test_a_failure_in_one_slice_stops_new_starts_in_the_other_and_those_in_fligh
         bad = parts[0][0]
         # dpkg refuses on this host once a node of the other slice is in flight: the failure comes at
         # install, after its node was cordoned and drained, while slice 1 still has hosts to start
-        hx(
-            bad,
-            "printf '#!/bin/sh\\nfor i in $(seq 3000); do [ -e /run/npuops-it-go ] && exit 1; sleep 0.2; done;"
-            " exit 1\\n'"
-            " >/usr/local/sbin/npuops-it-fail && chmod +x /usr/local/sbin/npuops-it-fail"
-            " && echo 'DPkg::Pre-Invoke {\"/usr/local/sbin/npuops-it-fail\";};' >/etc/apt/apt.conf.d/99npuops-it-fail",
-        )
+        dpkg_fails_when_told(bad)
         watcher = LimitWatcher(core_v1).start()
         # report directories of their own: no stop file shared on the control node, only the window's record
         procs = []

@@ -22,15 +22,23 @@ from typing import Callable, Optional
 Reader = Callable[[int], Optional[int]]
 
 
-def proc_parent(pid: int) -> Optional[int]:
-    """The parent pid of ``pid`` from /proc/<pid>/stat (None when it is gone or unreadable)."""
+def _stat_fields(pid: int) -> Optional[list[str]]:
+    """The fields of /proc/<pid>/stat after the command name, from the state on (None when it is gone
+    or unreadable): "pid (comm) state ppid ...", and comm may hold spaces and parentheses, so the
+    split is after the last ")"."""
     try:
         with open("/proc/%d/stat" % pid, encoding="utf-8", errors="replace") as fh:
             stat = fh.read()
     except OSError:
         return None
-    # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ")"
-    fields = stat[stat.rfind(")") + 2 :].split()
+    return stat[stat.rfind(")") + 2 :].split()
+
+
+def proc_parent(pid: int) -> Optional[int]:
+    """The parent pid of ``pid`` from /proc/<pid>/stat (None when it is gone or unreadable)."""
+    fields = _stat_fields(pid)
+    if fields is None:
+        return None
     try:
         return int(fields[1])
     except (IndexError, ValueError):
@@ -93,13 +101,8 @@ class CallerWatch:
 def proc_start(pid: int) -> Optional[str]:
     """The start time of ``pid`` (clock ticks since boot, /proc/<pid>/stat field 22) as a string, so
     that a pid reused by another process is not taken for the one recorded; None when it is gone."""
-    try:
-        with open("/proc/%d/stat" % pid, encoding="utf-8", errors="replace") as fh:
-            stat = fh.read()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return fields[19] if len(fields) > 19 else None
+    fields = _stat_fields(pid)
+    return fields[19] if fields is not None and len(fields) > 19 else None
 
 
 def boot_id() -> str:
