@@ -532,7 +532,9 @@ def world(core_v1, coordination_v1, names):
                      hx(name, f"dpkg-query -W -f='${{Package}} ${{Version}} ${{db:Status-Abbrev}}\\n'; "
                               f"cat /sys/module/{mod}/version").stdout)
     leases = coordination_v1.list_namespaced_lease("kube-system").items
-    out["leases"] = sorted(lease.metadata.name for lease in leases if lease.metadata.name.startswith("npuops-fleet-m"))
+    # held window Leases: a closed window stays as a record without a holder (it takes no lock)
+    out["leases"] = sorted(lease.metadata.name for lease in leases
+                           if lease.metadata.name.startswith("npuops-fleet-m") and lease.spec.holder_identity)
     return out
 
 
