@@ -285,9 +285,10 @@ def test_missing_target_is_refused_by_preflight_before_any_cordon(kubeconfig, co
     assert (after.metadata.labels or {}).get(GPU_STATE) == (before.metadata.labels or {}).get(GPU_STATE)
     # no batch ran: the host never reached prepare
     assert "Prepare the node for the driver upgrade" not in out
-    # the summary is also Markdown and the lease is released (a second run could start)
+    # the summary is also Markdown and the window is closed (a second run could start)
     assert "999.1.2 is not available" in (report_dir / "latest.md").read_text()
-    assert "Release the maintenance lease" in out
+    assert "Leave the window (the last live participant closes it)" in out
+    assert "changed: [localhost]" in out.split("Leave the window (the last live participant closes it)", 1)[1][:400]
 
 
 def test_host_mapped_to_another_node_is_refused_before_any_change(kubeconfig, core_v1, coordination_v1, report_dir):
